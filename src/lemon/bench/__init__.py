@@ -1,0 +1,1 @@
+"""Benchmarks: datasets, splits, answer extraction, sandbox, baselines as specs, evaluation, reports."""

@@ -1,0 +1,1 @@
+"""Model backends behind one seam, the persistent request cache, and capacity pools."""

@@ -1,0 +1,97 @@
+"""The one seam for model backends: a chat request in, a completion with token counts out.
+
+Every backend (embedded llama.cpp, any OpenAI-compatible endpoint, the scripted test double) implements
+`Backend.complete`. Requests are immutable and hashable-by-content (`request_key`), which is what both the
+persistent LLM cache and the runtime's node cache are keyed on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Role = Literal["system", "user", "assistant"]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class GenParams:
+    """Generation parameters. `seed` only matters when temperature > 0."""
+
+    temperature: float = 0.0
+    max_tokens: int = 256
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    repeat_penalty: float | None = None
+
+    @property
+    def deterministic(self) -> bool:
+        """True when the same request always yields the same text (greedy, or sampled with a seed)."""
+        return self.temperature == 0.0 or self.seed is not None
+
+    def canonical(self) -> dict[str, Any]:
+        """A dict for hashing: the seed is dropped for greedy decoding, where it changes nothing."""
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        if self.temperature == 0.0:
+            d["seed"] = None
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    messages: tuple[Message, ...]
+    params: GenParams = field(default_factory=GenParams)
+    # A bounded JSON schema the output must follow (constrained decoding where the backend supports it).
+    json_schema: dict[str, Any] | None = None
+    # A GBNF grammar (llama.cpp backends only).
+    grammar: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    model: str
+    cached: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+def request_key(model_id: str, request: ChatRequest) -> str:
+    """Content hash of (model, messages, parameters, constraints): the cache key for a call."""
+    payload = {
+        "model": model_id,
+        "messages": [[m.role, m.content] for m in request.messages],
+        "params": request.params.canonical(),
+        "schema": request.json_schema,
+        "grammar": request.grammar,
+    }
+    blob = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A model endpoint. Implementations bound their own concurrency and are safe to call concurrently."""
+
+    @property
+    def model_id(self) -> str:
+        """Stable identity of the model behind this backend (part of every cache key)."""
+        ...
+
+    async def complete(self, request: ChatRequest) -> Completion: ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,55 @@
+"""Capacity pools: an ordered list of capacity levels, each served by a backend.
+
+A spec names levels (`small`, `medium`, `large`); the pool decides which model runs each. Levels are ordered
+weakest first, which is what the "lower one capacity" counterfactual edit steps along.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lemon.llm.base import Backend, GenParams
+
+
+@dataclass(frozen=True, slots=True)
+class Level:
+    name: str
+    backend: Backend
+    # Calls in flight at once for this level (the runtime holds a semaphore per level).
+    concurrency: int = 1
+
+
+@dataclass
+class Pool:
+    """A named set of capacity levels, weakest first, plus default generation parameters."""
+
+    name: str
+    levels: tuple[Level, ...]
+    defaults: GenParams = field(default_factory=GenParams)
+
+    @property
+    def level_names(self) -> tuple[str, ...]:
+        return tuple(lv.name for lv in self.levels)
+
+    def level(self, name: str) -> Level:
+        for lv in self.levels:
+            if lv.name == name:
+                return lv
+        raise KeyError(name)
+
+    def backend(self, level: str) -> Backend:
+        return self.level(level).backend
+
+    def lower(self, level: str) -> str | None:
+        """The next weaker level, or None if `level` is already the weakest."""
+        names = self.level_names
+        i = names.index(level)
+        return names[i - 1] if i > 0 else None
+
+    async def aclose(self) -> None:
+        """Close each distinct backend once (levels may share one)."""
+        seen: set[int] = set()
+        for lv in self.levels:
+            if id(lv.backend) not in seen:
+                seen.add(id(lv.backend))
+                await lv.backend.aclose()

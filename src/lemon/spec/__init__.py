@@ -1,0 +1,1 @@
+"""The executable spec: format, bounds, parsing, validation, canonical text with spans, counterfactual edits."""

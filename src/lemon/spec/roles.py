@@ -1,0 +1,70 @@
+"""The role library: base roles as data files (`lemon/spec/roles/*.yaml`), not code.
+
+A role has a system prompt and a `kind`: `llm` agents call a model; `vote` agents are deterministic
+aggregators (majority vote over their parents' extracted answers) and make no model call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+import yaml
+
+from lemon.errors import ConfigError
+
+RoleKind = Literal["llm", "vote"]
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    name: str
+    description: str
+    system_prompt: str
+    kind: RoleKind = "llm"
+
+
+class RoleLibrary:
+    """Immutable mapping name -> Role, loaded from a folder of YAML files."""
+
+    def __init__(self, roles: dict[str, Role]) -> None:
+        self._roles = dict(roles)
+
+    @classmethod
+    def load(cls, folder: Path | None = None) -> RoleLibrary:
+        """Load every `*.yaml` in `folder` (default: the packaged library)."""
+        if folder is None:
+            base = resources.files("lemon.spec") / "roles"
+            files = [(p.name, p.read_text(encoding="utf-8")) for p in base.iterdir() if p.name.endswith(".yaml")]
+        else:
+            files = [(p.name, p.read_text(encoding="utf-8")) for p in sorted(Path(folder).glob("*.yaml"))]
+        roles: dict[str, Role] = {}
+        for fname, text in sorted(files):
+            data = yaml.safe_load(text)
+            if not isinstance(data, dict) or not {"name", "system_prompt"} <= data.keys():
+                raise ConfigError(f"role file {fname}: expected a mapping with 'name' and 'system_prompt'")
+            kind = data.get("kind", "llm")
+            if kind not in ("llm", "vote"):
+                raise ConfigError(f"role file {fname}: kind must be 'llm' or 'vote', got {kind!r}")
+            roles[data["name"]] = Role(
+                name=data["name"],
+                description=str(data.get("description", "")).strip(),
+                system_prompt=str(data["system_prompt"]).strip(),
+                kind=kind,
+            )
+        return cls(roles)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._roles
+
+    def __getitem__(self, name: str) -> Role:
+        return self._roles[name]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(sorted(self._roles))
+
+    def llm_role_names(self) -> tuple[str, ...]:
+        return tuple(n for n in self.names if self._roles[n].kind == "llm")

@@ -1,0 +1,1 @@
+"""Training the orchestrator: SFT warm start, orchestration-level GRPO, localized counterfactual credit."""
