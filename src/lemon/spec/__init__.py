@@ -1,1 +1,1 @@
-"""The executable spec: format, bounds, parsing, validation, canonical text with spans, counterfactual edits."""
+"""The executable spec: format and bounds, safe parsing, validation, canonical text with spans, edits."""

@@ -6,7 +6,9 @@ and make hostile input (huge specs, giant strings) cheap to reject before any wo
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 # Bounds. Changing one changes the JSON schema given to orchestrators; keep them in one place.
 MAX_AGENTS = 12
@@ -14,9 +16,21 @@ MAX_NAME_LEN = 24
 MAX_DUTY_LEN = 300
 MAX_SPEC_CHARS = 32_000
 NAME_PATTERN = rf"^[a-z][a-z0-9_]{{0,{MAX_NAME_LEN - 1}}}$"
-# A duty is one line of instruction, rendered verbatim inside double quotes; so no quote, backslash or
-# control characters (this is what makes every field's span in the canonical text exact).
-DUTY_PATTERN = r'^[^"\\\x00-\x1f\x7f]*$'
+# A duty is one line of instruction, rendered verbatim inside double quotes; so no quote, backslash, control
+# or line-breaking characters, nothing YAML refuses to read (this is what makes every field's span in the
+# canonical text exact, and `parse(render(s)) == s` hold).
+DUTY_PATTERN = r'^[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]*$'
+# Plain YAML scalars that would load as booleans or null instead of the name.
+RESERVED_NAMES = frozenset({"yes", "no", "on", "off", "true", "false", "null"})
+
+
+def _not_reserved(value: str) -> str:
+    if value in RESERVED_NAMES:
+        raise ValueError(f"{value!r} is a YAML keyword; pick another name")
+    return value
+
+
+Name = Annotated[str, Field(pattern=NAME_PATTERN), AfterValidator(_not_reserved)]
 
 
 class Agent(BaseModel):
@@ -24,12 +38,12 @@ class Agent(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=NAME_PATTERN, description="unique identifier, lower_snake_case")
-    role: str = Field(pattern=NAME_PATTERN, description="base role from the role library")
+    name: Name = Field(description="unique identifier, lower_snake_case")
+    role: Name = Field(description="base role from the role library")
     duty: str = Field(default="", max_length=MAX_DUTY_LEN, pattern=DUTY_PATTERN,
                       description="task-specific instruction; empty means the base role as is")
-    capacity: str = Field(pattern=NAME_PATTERN, description="capacity level of the pool")
-    depends_on: tuple[str, ...] = Field(default=(), max_length=MAX_AGENTS - 1,
+    capacity: Name = Field(description="capacity level of the pool")
+    depends_on: tuple[Name, ...] = Field(default=(), max_length=MAX_AGENTS - 1,
                                         description="names of agents whose outputs this agent reads")
 
 
@@ -39,8 +53,7 @@ class Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     agents: tuple[Agent, ...] = Field(min_length=1, max_length=MAX_AGENTS)
-    output: str | None = Field(default=None, pattern=NAME_PATTERN,
-                               description="final agent; defaults to the unique sink")
+    output: Name | None = Field(default=None, description="final agent; defaults to the unique sink")
 
     def agent(self, name: str) -> Agent:
         """The agent called `name` (KeyError if absent)."""

@@ -1,0 +1,87 @@
+"""A persistent, request-keyed LLM cache in SQLite, wrapped around any backend.
+
+Only deterministic requests are cached (greedy decoding, or sampling with an explicit seed): for those the
+same request always yields the same text, so a hit is exact. The key is `request_key(model_id, request)`:
+model + messages + parameters + seed + constraints. WAL mode and a busy timeout let several processes (Ray
+workers, parallel evaluations) share one file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from lemon.llm.base import Backend, ChatRequest, Completion, request_key
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS completions (
+    key TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    text TEXT NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    completion_tokens INTEGER NOT NULL,
+    created REAL NOT NULL
+)
+"""
+
+
+class SQLiteCache:
+    """The cache file; one connection per process, guarded by a lock (calls are short)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute(_SCHEMA)
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[str, int, int] | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT text, prompt_tokens, completion_tokens FROM completions WHERE key = ?", (key,)
+            ).fetchone()
+        return (row[0], int(row[1]), int(row[2])) if row else None
+
+    def put(self, key: str, c: Completion) -> None:
+        with self._lock:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO completions VALUES (?, ?, ?, ?, ?, ?)",
+                (key, c.model, c.text, c.prompt_tokens, c.completion_tokens, time.time()),
+            )
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+class CachedBackend:
+    """`inner` with a persistent cache in front; `hits` counts requests served from the file."""
+
+    def __init__(self, inner: Backend, cache: SQLiteCache) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.hits = 0
+
+    @property
+    def model_id(self) -> str:
+        return self.inner.model_id
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        if not request.params.deterministic:
+            return await self.inner.complete(request)
+        key = request_key(self.model_id, request)
+        found = self.cache.get(key)
+        if found is not None:
+            self.hits += 1
+            text, pt, ct = found
+            return Completion(text, pt, ct, 0.0, self.model_id, cached=True)
+        completion = await self.inner.complete(request)
+        self.cache.put(key, completion)
+        return completion
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()

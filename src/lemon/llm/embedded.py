@@ -1,0 +1,101 @@
+"""Embedded inference: llama-cpp-python over a verified local GGUF file.
+
+llama.cpp is not re-entrant, so every call to one model runs on that model's own single worker thread: calls
+are serialised at the thread level (a cancelled await can never let two calls into the same model), while
+different models run concurrently on their own threads. The model loads lazily on first use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from lemon.errors import BackendError
+from lemon.llm.base import ChatRequest, Completion
+from lemon.llm.models import ensure_model
+
+log = logging.getLogger(__name__)
+
+DEFAULT_N_CTX = 8192
+
+
+class EmbeddedBackend:
+    """A GGUF model in this process. `model` is a pinned id (see `models.py`) or a path to a .gguf file."""
+
+    def __init__(self, model: str, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None) -> None:
+        self._model = model
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or max(1, os.cpu_count() or 1)
+        self._llama: Any = None
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llama-{Path(model).stem}")
+
+    @property
+    def model_id(self) -> str:
+        return f"embedded:{self._model}"
+
+    def _path(self) -> Path:
+        if self._model.endswith(".gguf"):
+            path = Path(self._model).expanduser()
+            if not path.is_file():
+                raise BackendError(f"model file {path} does not exist")
+            return path
+        return ensure_model(self._model)
+
+    def _load(self) -> Any:
+        if self._llama is None:
+            from llama_cpp import Llama
+
+            path = self._path()
+            start = time.perf_counter()
+            self._llama = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                                verbose=False, seed=0)
+            log.info("loaded %s in %.2fs", path.name, time.perf_counter() - start)
+        return self._llama
+
+    def load(self) -> None:
+        """Load now (normally lazy); raises `ModelFileError` for a missing or corrupted file."""
+        self._load()
+
+    def _call(self, request: ChatRequest) -> Completion:
+        llama = self._load()
+        p = request.params
+        kwargs: dict[str, Any] = {
+            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "temperature": p.temperature,
+            "top_p": p.top_p,
+            "max_tokens": p.max_tokens,
+            "stop": list(p.stop) or None,
+            "seed": p.seed if p.seed is not None else 0,
+        }
+        if p.repeat_penalty is not None:
+            kwargs["repeat_penalty"] = p.repeat_penalty
+        if request.grammar is not None:
+            from llama_cpp import LlamaGrammar
+
+            kwargs["grammar"] = LlamaGrammar.from_string(request.grammar, verbose=False)
+        elif request.json_schema is not None:
+            kwargs["response_format"] = {"type": "json_object", "schema": request.json_schema}
+        start = time.perf_counter()
+        try:
+            out = llama.create_chat_completion(**kwargs)
+        except ValueError as exc:  # e.g. the prompt exceeds the context window
+            raise BackendError(f"{self.model_id}: {exc}") from None
+        usage = out.get("usage") or {}
+        text = out["choices"][0]["message"].get("content") or ""
+        return Completion(text, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
+                          time.perf_counter() - start, self.model_id)
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._call, request)
+
+    async def aclose(self) -> None:
+        self._thread.shutdown(wait=True, cancel_futures=True)
+        if self._llama is not None:
+            self._llama.close()
+            self._llama = None

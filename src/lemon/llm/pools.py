@@ -1,0 +1,126 @@
+"""Load a capacity pool from a built-in name (`cpu`, `tiny`: data files in `llm/pools/`) or a YAML file.
+
+Levels that name the same model share ONE backend instance (so one llama.cpp model is loaded once and its
+calls are serialised), and, unless disabled, every backend sits behind the persistent SQLite request cache.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lemon.errors import ConfigError
+from lemon.llm.base import Backend, GenParams
+from lemon.llm.cache import CachedBackend, SQLiteCache
+from lemon.llm.pool import Level, Pool
+from lemon.paths import llm_cache_path
+
+BUILTIN = ("cpu", "tiny")
+_NAME = r"^[a-z][a-z0-9_]{0,23}$"
+
+
+class LevelConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=_NAME)
+    backend: Literal["embedded", "openai", "scripted"]
+    model: str = Field(min_length=1)
+    concurrency: int = Field(default=1, ge=1, le=256)
+    # embedded
+    n_ctx: int = Field(default=8192, ge=256)
+    n_threads: int | None = Field(default=None, ge=1)
+    # openai
+    base_url: str | None = None
+    api_key_env: str | None = None
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=3, ge=0, le=10)
+    schema_style: Literal["llama_cpp", "openai"] = "llama_cpp"
+    extensions: bool = True
+    # scripted (test double)
+    latency_s: float = Field(default=0.0, ge=0)
+
+
+class PoolConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=64)
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    levels: tuple[LevelConfig, ...] = Field(min_length=1, max_length=8)
+
+
+def _read(name_or_path: str) -> tuple[str, str]:
+    if name_or_path in BUILTIN:
+        return f"built-in pool {name_or_path}", (resources.files("lemon.llm") / "pools" / f"{name_or_path}.yaml"
+                                                  ).read_text("utf-8")
+    path = Path(name_or_path).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"pool {name_or_path!r} is neither a built-in pool ({', '.join(BUILTIN)}) nor a file")
+    return str(path), path.read_text("utf-8")
+
+
+def read_pool_config(name_or_path: str) -> PoolConfig:
+    """Parse and check a pool definition without loading any model."""
+    where, text = _read(name_or_path)
+    try:
+        data = yaml.safe_load(text)
+        cfg = PoolConfig.model_validate(data)
+        GenParams(**{k: tuple(v) if k == "stop" else v for k, v in cfg.defaults.items()})
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: malformed YAML ({' '.join(str(exc).split())})") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"{where}: field {loc}: {err['msg']}") from None
+    except TypeError as exc:
+        raise ConfigError(f"{where}: defaults: {exc}") from None
+    names = [lv.name for lv in cfg.levels]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{where}: level names must be unique, got {names}")
+    for lv in cfg.levels:
+        if lv.backend == "openai" and not lv.base_url:
+            raise ConfigError(f"{where}: level {lv.name!r} uses backend openai but has no base_url")
+    return cfg
+
+
+def pool_level_names(name_or_path: str) -> tuple[str, ...]:
+    """The capacity levels of a pool, weakest first (no model is loaded)."""
+    return tuple(lv.name for lv in read_pool_config(name_or_path).levels)
+
+
+def _make_backend(lv: LevelConfig) -> Backend:
+    if lv.backend == "embedded":
+        from lemon.llm.embedded import EmbeddedBackend
+
+        return EmbeddedBackend(lv.model, n_ctx=lv.n_ctx, n_threads=lv.n_threads)
+    if lv.backend == "openai":
+        from lemon.llm.openai_compat import OpenAIBackend
+
+        assert lv.base_url is not None
+        return OpenAIBackend(lv.base_url, lv.model, api_key_env=lv.api_key_env, concurrency=lv.concurrency,
+                             timeout_s=lv.timeout_s, max_retries=lv.max_retries, schema_style=lv.schema_style,
+                             extensions=lv.extensions)
+    from lemon.llm.scripted import ScriptedBackend
+
+    return ScriptedBackend(lv.model, latency_s=lv.latency_s)
+
+
+def load_pool(name_or_path: str, *, cache: bool = True, cache_path: Path | None = None) -> Pool:
+    """Build the pool's backends (models load lazily on first call)."""
+    cfg = read_pool_config(name_or_path)
+    sqlite = SQLiteCache(cache_path or llm_cache_path()) if cache else None
+    shared: dict[tuple[Any, ...], Backend] = {}
+    levels: list[Level] = []
+    for lv in cfg.levels:
+        key = (lv.backend, lv.model, lv.base_url, lv.n_ctx, lv.n_threads, lv.latency_s)
+        if key not in shared:
+            backend = _make_backend(lv)
+            shared[key] = CachedBackend(backend, sqlite) if sqlite is not None else backend
+        # An embedded model runs one call at a time however many levels share it.
+        concurrency = 1 if lv.backend == "embedded" else lv.concurrency
+        levels.append(Level(lv.name, shared[key], concurrency))
+    defaults = {k: tuple(v) if k == "stop" else v for k, v in cfg.defaults.items()}
+    return Pool(cfg.name, tuple(levels), GenParams(**defaults))

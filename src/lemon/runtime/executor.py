@@ -1,0 +1,307 @@
+"""The DAG executor: run a validated spec against a pool, as parallel as its graph allows.
+
+Each agent starts the moment its last parent returns (not level by level); concurrency is bounded per
+capacity level. An agent's request is fully determined by its model, its role/duty, the task, its parents'
+outputs and the generation parameters (the per-agent seed is derived from the run seed and the agent's
+name), so its key in the node cache changes exactly when something upstream of it changed.
+Agents that cannot reach the output are not run (they could not change the answer): they are recorded as
+`despawn` events. A run that hits its token budget, a call timeout or a backend error stops with that
+status, keeps the partial trace and says why; it never fails silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+
+from lemon.errors import LemonError
+from lemon.llm.base import ChatRequest, GenParams, Message, request_key
+from lemon.llm.pool import Pool
+from lemon.runtime.budget import Budget
+from lemon.runtime.node_cache import NodeCache, NodeOutput
+from lemon.runtime.trace import Trace
+from lemon.spec.model import Agent, Spec
+from lemon.spec.roles import RoleLibrary
+
+Status = Literal["ok", "budget_exceeded", "timeout", "error"]
+EventHook = Callable[[dict[str, Any]], None]
+VoteKey = Callable[[str], "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPrompts:
+    system_with_duty: str
+    user_alone: str
+    user_with_parents: str
+    parent_block: str
+
+    @classmethod
+    def load(cls) -> AgentPrompts:
+        data = yaml.safe_load((resources.files("lemon.runtime") / "prompts.yaml").read_text("utf-8"))
+        return cls(**{k: data[k] for k in cls.__slots__})  # type: ignore[attr-defined]
+
+
+@dataclass
+class RunResult:
+    answer: str
+    status: Status
+    stop_reason: str
+    tokens_by_agent: dict[str, dict[str, Any]]
+    tokens_by_level: dict[str, int]
+    wall_s: float
+    trace: Trace
+    outputs: dict[str, str]
+    calls: int                 # requests sent to a backend in this run
+    cache_hits: int            # agents served from the node cache
+    llm_cache_hits: int = 0    # backend requests answered by the persistent LLM cache
+    spent_tokens: int = 0      # tokens of calls actually computed in this run (no cache of either kind)
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def total_tokens(self) -> int:
+        """What the spec costs: the tokens of every agent that ran, cached or not."""
+        return sum(t["prompt"] + t["completion"] for t in self.tokens_by_agent.values())
+
+
+class _Stop(Exception):
+    def __init__(self, status: Status, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def derive_seed(seed: int, agent: str) -> int:
+    """A per-agent sampling seed: same (run seed, agent name) -> same seed, across processes."""
+    return int.from_bytes(hashlib.sha256(f"{seed}\x00{agent}".encode()).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def required_agents(spec: Spec) -> frozenset[str]:
+    """The output agent and every agent it (transitively) depends on."""
+    parents = {a.name: a.depends_on for a in spec.agents}
+    out: set[str] = set()
+    stack = [spec.final_agent()]
+    while stack:
+        cur = stack.pop()
+        if cur not in out:
+            out.add(cur)
+            stack.extend(parents[cur])
+    return frozenset(out)
+
+
+def majority_vote(texts: list[str], key: VoteKey | None) -> str:
+    """The first text whose key (extracted answer) is the most common; ties go to the earliest parent."""
+    keys = [(key(t) if key else " ".join(t.split())) for t in texts]
+    counts = Counter(k for k in keys if k)
+    if not counts:
+        return texts[0] if texts else ""
+    best = max(counts.values())
+    winner = next(k for k in keys if k and counts[k] == best)
+    return texts[keys.index(winner)]
+
+
+class Executor:
+    """Runs specs on `pool`. One executor may run many specs concurrently (e.g. an evaluation)."""
+
+    def __init__(self, pool: Pool, roles: RoleLibrary, *, node_cache: NodeCache | None = None,
+                 budget: Budget | None = None, params: GenParams | None = None,
+                 on_event: EventHook | None = None) -> None:
+        self.pool = pool
+        self.roles = roles
+        self.node_cache = node_cache
+        self.budget = budget or Budget()
+        self.params = params or pool.defaults
+        self.on_event = on_event
+        self.prompts = AgentPrompts.load()
+        self._sems: dict[str, asyncio.Semaphore] = {}
+
+    def _sem(self, level: str) -> asyncio.Semaphore:
+        if level not in self._sems:
+            self._sems[level] = asyncio.Semaphore(self.pool.level(level).concurrency)
+        return self._sems[level]
+
+    def messages(self, agent: Agent, task: str, parents: Mapping[str, str], spec: Spec) -> tuple[Message, ...]:
+        """The system and user messages of `agent`, given its parents' outputs (in depends_on order)."""
+        p = self.prompts
+        base = self.roles[agent.role].system_prompt
+        system = p.system_with_duty.format(system_prompt=base, duty=agent.duty) if agent.duty else base
+        if not agent.depends_on:
+            user = p.user_alone.format(task=task)
+        else:
+            blocks = "\n\n".join(p.parent_block.format(name=n, role=spec.agent(n).role, text=parents[n].strip())
+                                 for n in agent.depends_on)
+            user = p.user_with_parents.format(task=task, parents=blocks)
+        return (Message("system", system), Message("user", user))
+
+    def request(self, agent: Agent, task: str, parents: Mapping[str, str], spec: Spec, seed: int) -> ChatRequest:
+        params = self.params
+        params = replace(params, seed=derive_seed(seed, agent.name) if params.temperature > 0 else None)
+        return ChatRequest(self.messages(agent, task, parents, spec), params)
+
+    async def run(self, spec: Spec, task: str, *, seed: int = 0, vote_key: VoteKey | None = None,
+                  task_id: str | None = None, orchestrator: dict[str, Any] | None = None,
+                  node_cache: NodeCache | None = None) -> RunResult:
+        """Execute `spec` (already validated) on `task`; never raises for budget, timeout or backend errors."""
+        cache = node_cache if node_cache is not None else self.node_cache
+        return await _Run(self, spec, task, seed, vote_key, task_id, orchestrator,
+                          cache if cache is not None else NodeCache()).execute()
+
+
+@dataclass
+class _Run:
+    ex: Executor
+    spec: Spec
+    task: str
+    seed: int
+    vote_key: VoteKey | None
+    task_id: str | None
+    orchestrator: dict[str, Any] | None
+    cache: NodeCache
+    trace: Trace = field(init=False)
+    outputs: dict[str, str] = field(default_factory=dict)
+    returns: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
+    used_tokens: int = 0
+    spent_tokens: int = 0
+    calls: int = 0
+    hits: int = 0
+    llm_hits: int = 0
+
+    def __post_init__(self) -> None:
+        self.trace = Trace(task_id=self.task_id)
+
+    def _emit(self, type_: str, agent: str, **extra: Any) -> dict[str, Any]:
+        ev = self.trace.event(type_, agent, **extra)
+        if self.ex.on_event is not None:
+            self.ex.on_event(ev)
+        return ev
+
+    async def execute(self) -> RunResult:
+        spec, ex = self.spec, self.ex
+        start = time.perf_counter()
+        output = spec.final_agent()
+        needed = required_agents(spec)
+        t = self.trace
+        t.system = {"pool": ex.pool.name, "levels": list(ex.pool.level_names), "seed": self.seed,
+                    "temperature": ex.params.temperature, "max_tokens": ex.params.max_tokens}
+        t.topology = {"agents": [a.model_dump(mode="json") for a in spec.agents], "output": output,
+                      "edges": [[p, a.name] for a in spec.agents for p in a.depends_on]}
+        decision = self._emit("orchestrator_decision", "orchestrator", **(self.orchestrator or {})) \
+            if self.orchestrator is not None else None
+        skipped = tuple(a.name for a in spec.agents if a.name not in needed)
+        for name in skipped:
+            self._emit("despawn", name, reason="not an ancestor of the output agent; not run")
+        status: Status = "ok"
+        reason = "final answer"
+        tasks: dict[str, asyncio.Task[None]] = {}
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for a in spec.agents:  # validated specs may list a child before its parent: wait on futures
+                    if a.name in needed:
+                        tasks[a.name] = tg.create_task(self._agent(a, tasks, decision), name=a.name)
+        except BaseExceptionGroup as group:
+            stop, others = group.split(_Stop)
+            if others is not None:
+                raise _unwrap(others) from None
+            assert stop is not None
+            first = _unwrap(stop)
+            assert isinstance(first, _Stop)
+            status, reason = first.status, first.reason
+        answer = self.outputs.get(output, "") if status == "ok" else ""
+        if status == "ok":
+            agg = self._emit("aggregate", output, **{"from": list(spec.agent(output).depends_on)})
+            self.trace.edge(self.returns[output], agg, "aggregate")
+        stop_kind = {"ok": "final_answer", "budget_exceeded": "budget", "timeout": "timeout", "error": "error"}
+        stop_ev = self._emit("stop", output if status == "ok" else "runtime", reason=stop_kind[status],
+                             detail=reason)
+        if self.trace.events[-2]["type"] != "stop":
+            self.trace.edge(self.trace.events[-2], stop_ev, "temporal")
+        wall = time.perf_counter() - start
+        by_level: dict[str, int] = {}
+        for tok in self.tokens.values():
+            by_level[tok["capacity"]] = by_level.get(tok["capacity"], 0) + tok["prompt"] + tok["completion"]
+        messages = sum(1 for e in self.trace.events if e["type"] == "message")
+        t.costs = {"tokens": sum(by_level.values()), "spent_tokens": self.spent_tokens, "wall_clock_s": wall,
+                   "messages": messages, "calls": self.calls}
+        t.metrics = {"status": status, "node_cache_hits": self.hits, "llm_cache_hits": self.llm_hits,
+                     "tokens_by_level": by_level, "skipped_agents": list(skipped)}
+        t.contents = dict(self.outputs)
+        return RunResult(answer=answer, status=status, stop_reason=reason, tokens_by_agent=self.tokens,
+                         tokens_by_level=by_level, wall_s=wall, trace=t, outputs=dict(self.outputs),
+                         calls=self.calls, cache_hits=self.hits, llm_cache_hits=self.llm_hits,
+                         spent_tokens=self.spent_tokens, skipped=skipped)
+
+    async def _agent(self, agent: Agent, tasks: dict[str, asyncio.Task[None]],
+                     decision: dict[str, Any] | None) -> None:
+        for p in agent.depends_on:
+            await tasks[p]
+        ex = self.ex
+        role = ex.roles[agent.role]
+        spawn = self._emit("spawn", agent.name, role=agent.role, capacity=agent.capacity, duty=agent.duty or None)
+        if decision is not None:
+            self.trace.edge(decision, spawn, "spawn")
+        for p in agent.depends_on:
+            msg = self._emit("message", agent.name, **{"from": p, "to": agent.name, "content_ref": f"contents/{p}"})
+            self.trace.edge(self.returns[p], msg, "message")
+            self.trace.edge(msg, spawn, "causal")
+        parents = {p: self.outputs[p] for p in agent.depends_on}
+        if role.kind == "vote":
+            text = majority_vote([parents[p] for p in agent.depends_on], self.vote_key)
+            out, hit = NodeOutput(text, 0, 0, "vote"), False
+        else:
+            out, hit = await self._call(agent, parents)
+        self.outputs[agent.name] = out.text
+        self.tokens[agent.name] = {"prompt": out.prompt_tokens, "completion": out.completion_tokens,
+                                   "capacity": agent.capacity, "cached": hit, "model": out.model}
+        ret = self._emit("return", agent.name, tokens=out.tokens, cached=hit, content_ref=f"contents/{agent.name}")
+        self.returns[agent.name] = ret
+        self.trace.edge(spawn, ret, "return")
+        self.used_tokens += out.tokens
+        cap = ex.budget.max_tokens
+        if cap is not None and self.used_tokens > cap:
+            raise _Stop("budget_exceeded", f"token budget exceeded: {self.used_tokens} > {cap} tokens "
+                                           f"after agent {agent.name!r}")
+
+    async def _call(self, agent: Agent, parents: dict[str, str]) -> tuple[NodeOutput, bool]:
+        ex = self.ex
+        cap = ex.budget.max_tokens
+        if cap is not None and self.used_tokens >= cap:
+            raise _Stop("budget_exceeded", f"token budget of {cap} used up before agent {agent.name!r}")
+        backend = ex.pool.backend(agent.capacity)
+        request = ex.request(agent, self.task, parents, self.spec, self.seed)
+        key = request_key(backend.model_id, request)
+
+        async def compute() -> NodeOutput:
+            async with ex._sem(agent.capacity):
+                self.calls += 1
+                try:
+                    c = await asyncio.wait_for(backend.complete(request), ex.budget.call_timeout_s)
+                except TimeoutError:
+                    raise _Stop("timeout", f"agent {agent.name!r} ({agent.capacity}) took longer than "
+                                           f"{ex.budget.call_timeout_s}s") from None
+                except LemonError as exc:
+                    raise _Stop("error", f"agent {agent.name!r}: {exc}") from None
+            if c.cached:
+                self.llm_hits += 1
+            else:
+                self.spent_tokens += c.total_tokens
+            return NodeOutput(c.text, c.prompt_tokens, c.completion_tokens, c.model, c.cached)
+
+        out, hit = await self.cache.get_or_compute(key, compute)
+        if hit:
+            self.hits += 1
+        return out, hit
+
+
+def _unwrap(group: BaseException) -> BaseException:
+    """The first leaf exception of a (nested) exception group."""
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group

@@ -1,0 +1,31 @@
+"""Hypothesis strategies for valid specs (DAGs over a known role library and level list)."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from lemon.spec.model import MAX_AGENTS, MAX_DUTY_LEN, RESERVED_NAMES, Agent, Spec
+
+ROLES = ("analyst", "critic", "final_decision_maker", "generalist", "knowledge_expert", "math_solver",
+         "planner", "programmer", "tester")
+LEVELS = ("small", "medium", "large")
+
+names = st.from_regex(r"[a-z][a-z0-9_]{0,23}", fullmatch=True).filter(lambda s: s not in RESERVED_NAMES)
+# Anything a duty may hold: printable text (incl. non-ASCII and YAML-significant characters like # : - [ ]).
+duties = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc"),
+                           blacklist_characters='"\\\x7f\u2028\u2029\ufeff\ufffe\uffff\x85'),
+    max_size=MAX_DUTY_LEN,
+)
+
+
+@st.composite
+def specs(draw: st.DrawFn, max_agents: int = 6) -> Spec:
+    """A valid spec: unique names, each agent depending on a subset of EARLIER agents, one explicit output."""
+    agent_names = draw(st.lists(names, min_size=1, max_size=min(max_agents, MAX_AGENTS), unique=True))
+    agents = []
+    for i, name in enumerate(agent_names):
+        deps = draw(st.lists(st.sampled_from(agent_names[:i]), unique=True, max_size=i)) if i else []
+        agents.append(Agent(name=name, role=draw(st.sampled_from(ROLES)), duty=draw(duties),
+                            capacity=draw(st.sampled_from(LEVELS)), depends_on=tuple(deps)))
+    return Spec(agents=tuple(agents), output=draw(st.sampled_from(agent_names)))
