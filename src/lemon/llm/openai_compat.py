@@ -111,6 +111,9 @@ class OpenAIBackend:
             what = f"kept failing ({type(exc).__name__})"
         return f"endpoint {self.base_url} {what} after {attempts} attempt(s)"
 
+    async def prepare(self) -> None:
+        return None  # connectivity is checked by the first call, with retries
+
     async def aclose(self) -> None:
         await self._client.close()
 

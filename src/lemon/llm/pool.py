@@ -46,10 +46,19 @@ class Pool:
         i = names.index(level)
         return names[i - 1] if i > 0 else None
 
+    def _distinct(self, levels: tuple[str, ...] | None = None) -> list[Backend]:
+        seen: dict[int, Backend] = {}
+        for lv in self.levels:
+            if levels is None or lv.name in levels:
+                seen.setdefault(id(lv.backend), lv.backend)
+        return list(seen.values())
+
+    async def prepare(self, levels: tuple[str, ...] | None = None) -> None:
+        """Verify and load the models behind `levels` (default: all), so a bad file fails before a run."""
+        for backend in self._distinct(levels):
+            await backend.prepare()
+
     async def aclose(self) -> None:
         """Close each distinct backend once (levels may share one)."""
-        seen: set[int] = set()
-        for lv in self.levels:
-            if id(lv.backend) not in seen:
-                seen.add(id(lv.backend))
-                await lv.backend.aclose()
+        for backend in self._distinct():
+            await backend.aclose()

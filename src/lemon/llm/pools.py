@@ -33,6 +33,7 @@ class LevelConfig(BaseModel):
     # embedded
     n_ctx: int = Field(default=8192, ge=256)
     n_threads: int | None = Field(default=None, ge=1)
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # pin for a `model:` given as a path
     # openai
     base_url: str | None = None
     api_key_env: str | None = None
@@ -80,7 +81,12 @@ def read_pool_config(name_or_path: str) -> PoolConfig:
     names = [lv.name for lv in cfg.levels]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: level names must be unique, got {names}")
+    from lemon.llm.models import MODELS
+
     for lv in cfg.levels:
+        if lv.backend == "embedded" and lv.model not in MODELS and not lv.model.endswith(".gguf"):
+            raise ConfigError(f"{where}: level {lv.name!r}: unknown embedded model {lv.model!r}; use one of "
+                              f"{', '.join(MODELS)} or a path ending in .gguf")
         if lv.backend == "openai" and not lv.base_url:
             raise ConfigError(f"{where}: level {lv.name!r} uses backend openai but has no base_url")
     return cfg
@@ -95,7 +101,7 @@ def _make_backend(lv: LevelConfig) -> Backend:
     if lv.backend == "embedded":
         from lemon.llm.embedded import EmbeddedBackend
 
-        return EmbeddedBackend(lv.model, n_ctx=lv.n_ctx, n_threads=lv.n_threads)
+        return EmbeddedBackend(lv.model, n_ctx=lv.n_ctx, n_threads=lv.n_threads, sha256=lv.sha256)
     if lv.backend == "openai":
         from lemon.llm.openai_compat import OpenAIBackend
 

@@ -66,6 +66,9 @@ class ScriptedBackend:
         completion_tokens = min(count_tokens(text), request.params.max_tokens)
         return Completion(text, prompt_tokens, completion_tokens, time.perf_counter() - start, self._model_id)
 
+    async def prepare(self) -> None:
+        return None
+
     async def aclose(self) -> None:
         return None
 

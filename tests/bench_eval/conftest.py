@@ -1,0 +1,89 @@
+"""Fixtures for the evaluation harness tests: benchmark data, an isolated LEMON_HOME, scripted pools."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from lemon.llm.base import ChatRequest, Completion, GenParams
+from lemon.llm.pool import Level, Pool
+from lemon.llm.scripted import ScriptedBackend
+
+REPO = Path(__file__).resolve().parents[2]
+LEVELS = ("small", "medium", "large")
+
+
+def find_data_dir() -> Path:
+    """LEMON_DATA_DIR if set, else `<repo>/../shared/data`; fail (not skip) when absent."""
+    env = os.environ.get("LEMON_DATA_DIR")
+    path = Path(env).expanduser() if env else REPO.parent / "shared" / "data"
+    if not path.is_dir():
+        pytest.fail(f"benchmark data not found at {path}: set LEMON_DATA_DIR, or clone the repository with "
+                    "../shared/data beside it", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    return find_data_dir()
+
+
+class CountingBackend(ScriptedBackend):
+    """A scripted backend that records the largest number of calls in flight at once."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await super().complete(request)
+        finally:
+            self.in_flight -= 1
+
+
+def scripted_pool(backend: ScriptedBackend, *, concurrency: int = 64) -> Pool:
+    """All three levels served by `backend`, each allowing `concurrency` calls (the eval is the bound)."""
+    return Pool("scripted", tuple(Level(n, backend, concurrency) for n in LEVELS), GenParams(max_tokens=64))
+
+
+def oracle_responder(answers: dict[str, str]) -> Callable[[ChatRequest], str]:
+    """Replies 'The answer is X.' with the gold answer of whichever question appears in the prompt."""
+
+    def reply(request: ChatRequest) -> str:
+        text = "\n".join(m.content for m in request.messages)
+        for question, answer in answers.items():
+            if question in text:
+                return f"Let me compute. The answer is {answer}."
+        return "I do not know."
+
+    return reply
+
+
+class Crash(RuntimeError):
+    """Stands in for the process dying mid-run."""
+
+
+def crashing_after(n_calls: int, latency_s: float = 0.0) -> ScriptedBackend:
+    """A backend that answers `n_calls` times, then raises (like a crash in the middle of a run)."""
+    count = {"n": 0}
+
+    def reply(request: ChatRequest) -> str:
+        count["n"] += 1
+        if count["n"] > n_calls:
+            raise Crash("simulated crash")
+        return "The answer is 1."
+
+    return ScriptedBackend("scripted", latency_s=latency_s, responder=reply)
+
+
+def run(coro):  # type: ignore[no-untyped-def]
+    """asyncio.run for the synchronous tests."""
+    return asyncio.run(coro)
