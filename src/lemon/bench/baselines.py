@@ -1,0 +1,195 @@
+"""Baselines as specs: each method is a spec on the same runtime and pools; methods differ ONLY in their spec.
+
+That is the point of this module. A baseline is not separate code with its own prompts, retries or parsing;
+it is a fixed `Spec` executed by the same `Executor` on the same pool, with the same task prompt, answer
+extraction and checker as LEMON's own specs. Any difference in accuracy or tokens is then due to the
+topology and roles alone.
+
+Roles come from the role library, chosen by the benchmark's answer kind. A "team" of four roles is used:
+
+| kind     | first (root)   | primary (solver)   | checker   | final                  |
+|----------|----------------|--------------------|-----------|------------------------|
+| `number` | `analyst`      | `math_solver`      | `critic`  | `final_decision_maker` |
+| `choice` | `analyst`      | `knowledge_expert` | `critic`  | `final_decision_maker` |
+| `code`   | `planner`      | `programmer`       | `tester`  | `final_decision_maker` |
+
+Shapes (every agent at the same `level` capacity; arrows point from a parent to the agent reading it):
+
+- `vanilla`: one agent, `solver` = primary role, empty duty (the base role as is).
+- `cot`: one agent, primary role, duty "Think step by step, then give the final answer."
+- `sc-cot` (self-consistency): `n` (default 5) CoT agents `cot_1..cot_n`, all parallel, then `vote`, a
+  `majority_vote` agent depending on all of them. The vote is deterministic (no model call): the runtime
+  extracts each parent's answer with the benchmark's extractor and picks the most common one. Samples must
+  differ per agent: the runtime derives a per-agent seed when temperature > 0 (at temperature 0 the five
+  agents would be identical, so evaluate with the default sampling temperature). For `code` the vote is over
+  the extracted code text, so it only helps when several samples are identical.
+- `chain`: `n` (default 3) agents in sequence: primary -> checker -> final (for n > 3, extra checkers
+  are inserted before the final agent; n = 2 is primary -> final).
+- `tree`: `root` (first role: analysis / plan) fans out to two workers `worker_1`, `worker_2` (primary role,
+  each with its own duty so they do not produce the same text at temperature 0), then `aggregator`
+  (final role) reads both workers:
+
+      root -> worker_1 -> aggregator
+      root -> worker_2 -> aggregator
+
+- `complete`: `n` (default 4) agents; agent i depends on EVERY earlier agent (a fully connected DAG).
+  Roles, in order: first, primary, checker, final (extra agents repeat the primary role).
+- `random`: `n` (default 4) agents with the `complete` roles, each forward edge i -> j (i < j) kept with
+  probability 1/2 from `random.Random(seed)`; then every agent other than the last that has no child gets an
+  edge to the last agent, so the last agent is the single sink and the answer. Same seed, same graph.
+
+`method_names()` lists these names; `baseline_spec(method, kind, level=..., seed=..., n=...)` builds one.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Literal
+
+from lemon.errors import LemonError
+from lemon.spec.model import MAX_AGENTS, Agent, Spec
+
+Kind = Literal["number", "choice", "code"]
+
+COT_DUTY = "Think step by step, then give the final answer."
+
+# (first, primary, checker, final) per answer kind; see the module docstring.
+TEAMS: dict[str, tuple[str, str, str, str]] = {
+    "number": ("analyst", "math_solver", "critic", "final_decision_maker"),
+    "choice": ("analyst", "knowledge_expert", "critic", "final_decision_maker"),
+    "code": ("planner", "programmer", "tester", "final_decision_maker"),
+}
+
+DEFAULT_N: dict[str, int] = {"sc-cot": 5, "chain": 3, "complete": 4, "random": 4}
+
+
+def _team(kind: str) -> tuple[str, str, str, str]:
+    try:
+        return TEAMS[kind]
+    except KeyError:
+        raise LemonError(f"unknown answer kind {kind!r}; expected one of: {', '.join(TEAMS)}") from None
+
+
+def _vanilla(kind: str, level: str, n: int, seed: int) -> Spec:
+    return Spec(agents=(Agent(name="solver", role=_team(kind)[1], duty="", capacity=level),), output="solver")
+
+
+def _cot(kind: str, level: str, n: int, seed: int) -> Spec:
+    return Spec(agents=(Agent(name="solver", role=_team(kind)[1], duty=COT_DUTY, capacity=level),),
+                output="solver")
+
+
+def _sc_cot(kind: str, level: str, n: int, seed: int) -> Spec:
+    primary = _team(kind)[1]
+    workers = tuple(Agent(name=f"cot_{i}", role=primary, duty=COT_DUTY, capacity=level)
+                    for i in range(1, n + 1))
+    vote = Agent(name="vote", role="majority_vote", duty="", capacity=level,
+                 depends_on=tuple(a.name for a in workers))
+    return Spec(agents=(*workers, vote), output="vote")
+
+
+def _chain(kind: str, level: str, n: int, seed: int) -> Spec:
+    _, primary, checker, final = _team(kind)
+    roles = [primary, *([checker] * max(0, n - 2)), final]
+    names = ["solver", *[f"checker_{i}" if n > 3 else "checker" for i in range(1, n - 1)], "final"]
+    agents = []
+    for i, (name, role) in enumerate(zip(names, roles, strict=True)):
+        agents.append(Agent(name=name, role=role, duty="", capacity=level,
+                            depends_on=(names[i - 1],) if i else ()))
+    return Spec(agents=tuple(agents), output="final")
+
+
+def _tree(kind: str, level: str, n: int, seed: int) -> Spec:
+    first, primary, _, final = _team(kind)
+    return Spec(
+        agents=(
+            Agent(name="root", role=first, duty="", capacity=level),
+            Agent(name="worker_1", role=primary,
+                  duty="Solve the task directly, using the notes you are given.",
+                  capacity=level, depends_on=("root",)),
+            Agent(name="worker_2", role=primary,
+                  duty="Solve the task by an independent route, then check the result.",
+                  capacity=level, depends_on=("root",)),
+            Agent(name="aggregator", role=final, duty="", capacity=level,
+                  depends_on=("worker_1", "worker_2")),
+        ),
+        output="aggregator",
+    )
+
+
+def _team_roles(kind: str, n: int) -> list[str]:
+    first, primary, checker, final = _team(kind)
+    if n == 2:
+        return [primary, final]
+    if n == 3:
+        return [first, primary, final]
+    return [first, primary, *([primary] * (n - 4)), checker, final]
+
+
+def _team_names(roles: list[str]) -> list[str]:
+    return [f"a{i}_{role}"[:24].rstrip("_") for i, role in enumerate(roles, start=1)]
+
+
+def _complete(kind: str, level: str, n: int, seed: int) -> Spec:
+    roles = _team_roles(kind, n)
+    names = _team_names(roles)
+    agents = tuple(Agent(name=names[i], role=roles[i], duty="", capacity=level, depends_on=tuple(names[:i]))
+                   for i in range(n))
+    return Spec(agents=agents, output=names[-1])
+
+
+def _random(kind: str, level: str, n: int, seed: int) -> Spec:
+    roles = _team_roles(kind, n)
+    names = _team_names(roles)
+    rng = random.Random(seed)
+    parents: list[list[str]] = [[] for _ in range(n)]
+    for j in range(1, n):
+        for i in range(j):
+            if rng.random() < 0.5:
+                parents[j].append(names[i])
+    has_child = {p for ps in parents for p in ps}
+    for i in range(n - 1):
+        if names[i] not in has_child:
+            parents[-1].append(names[i])
+    parents[-1].sort(key=names.index)
+    agents = tuple(Agent(name=names[i], role=roles[i], duty="", capacity=level, depends_on=tuple(parents[i]))
+                   for i in range(n))
+    return Spec(agents=agents, output=names[-1])
+
+
+_BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
+    "vanilla": _vanilla,
+    "cot": _cot,
+    "sc-cot": _sc_cot,
+    "chain": _chain,
+    "tree": _tree,
+    "complete": _complete,
+    "random": _random,
+}
+
+
+def method_names() -> tuple[str, ...]:
+    """The baseline method names, in the order reports list them."""
+    return tuple(_BUILDERS)
+
+
+def baseline_spec(method: str, kind: str, *, level: str, seed: int = 0, n: int | None = None) -> Spec:
+    """The fixed spec of baseline `method` for a benchmark whose answers are of `kind`.
+
+    `n` is the number of agents (voters for sc-cot) for the sized methods (`DEFAULT_N`); None means the
+    default, and it is ignored by the fixed shapes. `seed` only matters for `random` (the graph). The
+    result is built from the spec model's own validated types; callers that know the pool still run
+    `validate_spec` on it like on any other spec (the level must be one of the pool's).
+    """
+    builder = _BUILDERS.get(method)
+    if builder is None:
+        raise LemonError(f"unknown baseline {method!r}; valid: {', '.join(_BUILDERS)}")
+    _team(kind)
+    if method not in DEFAULT_N:  # fixed shapes: `n` does not apply
+        return builder(kind, level, 0, seed)
+    n = DEFAULT_N[method] if n is None else n
+    high = MAX_AGENTS - 1 if method == "sc-cot" else MAX_AGENTS  # the vote agent takes one slot
+    if not 2 <= n <= high:
+        raise LemonError(f"baseline {method!r}: n must be in [2, {high}], got {n}")
+    return builder(kind, level, n, seed)

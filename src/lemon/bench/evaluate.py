@@ -1,0 +1,513 @@
+"""Evaluate a method on a benchmark split: bounded-concurrency async runs, each result stored as it finishes.
+
+One evaluation = one run in the results store (see `store.py`): the first `limit` items of the split in its
+fixed order, times seeds 0..seeds-1. Re-running the same command resumes; only missing (item, seed) pairs
+are computed. Every method is a spec on the same runtime (`Executor`) and pool: a baseline spec
+(`baselines.py`), the prompted orchestrator's spec, or (later) the trained orchestrator's spec.
+
+Why workers sample at temperature 0.7 by default, with a per-seed sampling seed: with greedy decoding every
+"seed" would produce the same text, so the std over seeds would be 0 by construction and say nothing, and
+self-consistency (sc-cot) would vote over five identical answers. With a seeded sampler each seed is a real
+replicate and still exactly reproducible (the runtime derives a per-agent seed from the run seed, and the
+LLM cache is keyed on it). Use `--temperature 0` for greedy decoding (then use one seed). The prompted
+orchestrator itself writes its spec greedily; seeds vary the workers.
+
+The per-item function `run_item(ctx, item, seed)` is the unit of work; `ItemContext` holds what it needs
+(pool, executor, task, orchestrator) and is built by `build_context(settings, pool_factory)`, both locally
+and inside each Ray worker (`scale.py`), because pools hold live connections and are not picklable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import hashlib
+import inspect
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from lemon.bench.baselines import baseline_spec, method_names
+from lemon.bench.report import RunStats, run_stats
+from lemon.bench.store import ItemRow, ResultsStore, make_run_id
+from lemon.errors import ConfigError, LemonError
+from lemon.llm.base import GenParams
+from lemon.llm.pool import Pool
+from lemon.paths import lemon_home
+
+log = logging.getLogger(__name__)
+
+PoolFactory = Callable[[], Pool]
+
+DEFAULT_TEMPERATURE = 0.7
+# Abort when this many first results of an invocation ALL end in `error`: that is a broken setup
+# (unreachable endpoint, missing model), not a method that is wrong, and should not fill the store.
+FAIL_FAST_ERRORS = 8
+
+
+def method_choices() -> tuple[str, ...]:
+    """Valid `--method` values (as shown in error messages)."""
+    return (*method_names(), "prompted", "trained:PATH")
+
+
+def check_method(method: str) -> None:
+    """Raise a one-line LemonError naming the valid methods if `method` is not one."""
+    if method in method_names() or method == "prompted":
+        return
+    if method.startswith("trained:") and len(method) > len("trained:"):
+        return
+    raise LemonError(f"unknown method {method!r}; valid: {', '.join(method_choices())}")
+
+
+def get_task(benchmark: str) -> Any:
+    """The `BenchmarkTask` of `benchmark`, or a one-line LemonError listing the valid names."""
+    from lemon.bench.tasks import BENCHMARKS
+
+    try:
+        return BENCHMARKS[benchmark]
+    except KeyError:
+        raise LemonError(f"unknown benchmark {benchmark!r}; valid: {', '.join(sorted(BENCHMARKS))}") from None
+
+
+def stable_seed(*parts: object) -> int:
+    """A platform-independent 31-bit integer from `parts` (Python's hash() is salted per process)."""
+    digest = hashlib.sha256("\x00".join(map(str, parts)).encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def pool_identity(pool: str) -> str:
+    """What identifies a pool in a run id: the name of a built-in pool, or the sha256 of a pool file.
+
+    Hashing the file's content (not its path) means editing a pool YAML starts a new run instead of
+    silently resuming into results produced by other models.
+    """
+    path = Path(pool).expanduser()
+    if path.is_file():
+        return "file:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return pool
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """What a worker needs to rebuild the evaluation context (picklable: it travels to Ray workers)."""
+
+    benchmark: str
+    method: str
+    level: str
+    pool: str
+    temperature: float = DEFAULT_TEMPERATURE
+    max_tokens: int | None = None
+    n_agents: int | None = None
+    budget_tokens: int | None = None
+    call_timeout_s: float | None = None
+    cache: bool = True
+    trace_dir: str | None = None
+    check_concurrency: int = max(1, (os.cpu_count() or 2) // 2)
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that change results (they go into the run id; concurrency and paths do not)."""
+        return {"temperature": self.temperature, "max_tokens": self.max_tokens, "n_agents": self.n_agents,
+                "budget_tokens": self.budget_tokens, "call_timeout_s": self.call_timeout_s}
+
+
+@dataclass
+class ItemContext:
+    """Everything `run_item` needs, built once per process (locally, or once per Ray worker)."""
+
+    settings: EvalSettings
+    task: Any
+    pool: Pool
+    roles: Any
+    executor: Any
+    orchestrator: Any | None
+    check_sem: asyncio.Semaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.check_sem = asyncio.Semaphore(self.settings.check_concurrency)
+
+    async def aclose(self) -> None:
+        await self.pool.aclose()
+
+
+def default_pool_factory(settings: EvalSettings) -> PoolFactory:
+    """`load_pool(settings.pool, cache=settings.cache)` as a picklable zero-argument factory."""
+    from lemon.llm.pools import load_pool
+
+    return functools.partial(load_pool, settings.pool, cache=settings.cache)
+
+
+def build_context(settings: EvalSettings, pool_factory: PoolFactory | None = None) -> ItemContext:
+    """Build the pool, role library, executor and (for `prompted`) orchestrator of an evaluation."""
+    from lemon.runtime import Budget, Executor
+    from lemon.spec.roles import RoleLibrary
+
+    check_method(settings.method)
+    task = get_task(settings.benchmark)
+    pool = (pool_factory or default_pool_factory(settings))()
+    if settings.level not in pool.level_names:
+        raise ConfigError(f"--level {settings.level!r} is not a level of pool {pool.name!r}; "
+                          f"valid: {', '.join(pool.level_names)}")
+    roles = RoleLibrary.load()
+    base = {f: getattr(pool.defaults, f) for f in pool.defaults.__dataclass_fields__}
+    base["temperature"] = settings.temperature
+    if settings.max_tokens is not None:
+        base["max_tokens"] = settings.max_tokens
+    executor = Executor(pool, roles, budget=Budget(max_tokens=settings.budget_tokens,
+                                                   call_timeout_s=settings.call_timeout_s),
+                        params=GenParams(**base))
+    orchestrator = None
+    if settings.method == "prompted":
+        from lemon.orchestrator.prompted import PromptedOrchestrator
+
+        orchestrator = PromptedOrchestrator(pool, roles)
+    elif settings.method.startswith("trained:"):
+        orchestrator = _trained_orchestrator(settings.method.split(":", 1)[1], roles, pool)
+    return ItemContext(settings=settings, task=task, pool=pool, roles=roles, executor=executor,
+                       orchestrator=orchestrator)
+
+
+def _trained_orchestrator(path: str, roles: Any, pool: Pool) -> Any:
+    try:
+        from lemon.orchestrator.trained import TrainedOrchestrator  # type: ignore[import-not-found]
+    except ImportError:
+        raise LemonError("method 'trained:PATH' is not yet available (lemon.orchestrator.trained is not "
+                         "installed in this version); use a baseline or 'prompted'") from None
+    if not Path(path).exists():
+        raise LemonError(f"trained orchestrator {path!r} does not exist; pass trained:<model directory>")
+    return TrainedOrchestrator(path, roles, pool.level_names)
+
+
+def _safe_name(item_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", item_id)[:120]
+
+
+def trace_path(trace_dir: Path, item_id: str, seed: int) -> Path:
+    """Where the trace of (item, seed) is saved: `<trace_dir>/<item id>-s<seed>.json`."""
+    return trace_dir / f"{_safe_name(item_id)}-s{seed}.json"
+
+
+async def _check(ctx: ItemContext, prediction: str, item: Any) -> bool:
+    """The benchmark's checker; code checks run the sandbox off the event loop, a few at a time."""
+    check = ctx.task.check
+    if inspect.iscoroutinefunction(check):
+        async with ctx.check_sem:
+            return bool(await check(prediction, item))
+    if ctx.task.kind == "code":
+        async with ctx.check_sem:
+            return bool(await asyncio.to_thread(check, prediction, item))
+    return bool(check(prediction, item))
+
+
+def spec_for(ctx: ItemContext, item: Any, seed: int) -> Any:
+    """The validated baseline spec for (item, seed); `random` draws its graph from (item, seed)."""
+    from lemon.spec.validate import validate_spec
+
+    s = ctx.settings
+    graph_seed = stable_seed(s.benchmark, item.id, seed) if s.method == "random" else seed
+    spec = baseline_spec(s.method, ctx.task.kind, level=s.level, seed=graph_seed, n=s.n_agents)
+    return validate_spec(spec, ctx.roles, ctx.pool.level_names)
+
+
+async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
+    """Run one (item, seed): build or propose the spec, execute it, extract, check, save the trace."""
+    s = ctx.settings
+    task = ctx.task
+    prompt = task.format_prompt(item)
+    start = time.perf_counter()
+    orch_tokens = 0
+    if ctx.orchestrator is not None:
+        proposal = await ctx.orchestrator.propose(prompt, seed=seed)
+        spec = proposal.spec
+        orch_tokens = int(proposal.tokens)
+    else:
+        spec = spec_for(ctx, item, seed)
+    result = await ctx.executor.run(spec, prompt, seed=seed, vote_key=lambda text: task.extract(text, item),
+                                    task_id=f"{s.benchmark}/{item.id}")
+    prediction = task.extract(result.answer, item) if result.answer else None
+    correct = await _check(ctx, prediction, item) if prediction is not None else False
+    latency = time.perf_counter() - start
+    trace_id = getattr(result.trace, "trace_id", None)
+    if s.trace_dir:
+        path = trace_path(Path(s.trace_dir), str(item.id), seed)
+        await asyncio.to_thread(result.trace.save, path)
+    tokens = {str(k): v for k, v in dict(result.tokens_by_agent).items()}
+    return ItemRow(item_id=str(item.id), seed=seed, prediction=prediction, gold=_gold(item), correct=correct,
+                   tokens=tokens, total_tokens=int(result.total_tokens), latency_s=latency, trace_id=trace_id,
+                   status=str(result.status), stop_reason=getattr(result, "stop_reason", None),
+                   orchestrator_tokens=orch_tokens)
+
+
+def _gold(item: Any) -> str | None:
+    ans = getattr(item, "answer", None)
+    if ans is None:
+        return None
+    text = str(ans)
+    return text if len(text) <= 2000 else text[:2000] + "..."
+
+
+# ---- the driver -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    """What one `evaluate` call did and the run's totals over the requested items and seeds."""
+
+    run_id: str
+    store_path: Path
+    benchmark: str
+    split: str
+    method: str
+    pool: str
+    level: str
+    n_items: int
+    seeds: int
+    computed: int          # (item, seed) pairs computed by this call
+    skipped: int           # already in the store (resumed)
+    stats: RunStats
+    trace_dir: Path
+
+
+class _Tracker:
+    """Running accuracy and tokens/item for the progress bar, plus the fail-fast rule on errors."""
+
+    def __init__(self, rows: Sequence[ItemRow]) -> None:
+        self.n = len(rows)
+        self.correct = sum(r.correct for r in rows)
+        self.tokens = sum(r.total_tokens for r in rows)
+        self.new: list[ItemRow] = []
+
+    def add(self, row: ItemRow) -> None:
+        self.n += 1
+        self.correct += row.correct
+        self.tokens += row.total_tokens
+        self.new.append(row)
+        if len(self.new) == FAIL_FAST_ERRORS and all(r.status == "error" for r in self.new):
+            raise LemonError(f"the first {FAIL_FAST_ERRORS} items all ended in error ({row.stop_reason}); "
+                             "fix the setup, then re-run the same command with --retry-errors")
+
+    def describe(self) -> str:
+        if not self.n:
+            return "acc -  tok/item -"
+        return f"acc {100 * self.correct / self.n:5.1f}%  tok/item {self.tokens / self.n:,.0f}"
+
+
+def default_split(benchmark: str) -> str:
+    """The benchmark's evaluation split, as `lemon.bench.splits` defines it (the paper's evaluation sets)."""
+    from lemon.bench import splits
+
+    get_task(benchmark)
+    default = getattr(splits, "default_split", None)
+    if callable(default):
+        return str(default(benchmark))
+    return str(splits.DEFAULT_SPLITS[benchmark])  # type: ignore[attr-defined]
+
+
+def _resolve_split(benchmark: str, split: str | None) -> str:
+    return split if split is not None else default_split(benchmark)
+
+
+async def evaluate(
+    benchmark: str,
+    method: str,
+    *,
+    split: str | None = None,
+    limit: int | None = None,
+    seeds: int = 1,
+    pool: str = "cpu",
+    level: str = "medium",
+    concurrency: int = 4,
+    store: ResultsStore | str | Path | None = None,
+    data_dir: str | Path | None = None,
+    temperature: float = DEFAULT_TEMPERATURE,
+    max_tokens: int | None = None,
+    n_agents: int | None = None,
+    budget_tokens: int | None = None,
+    call_timeout_s: float | None = None,
+    cache: bool = True,
+    retry_errors: bool = False,
+    progress: bool = True,
+    console: Console | None = None,
+    ray_address: str | None = None,
+    pool_factory: PoolFactory | None = None,
+) -> EvalSummary:
+    """Evaluate `method` on the first `limit` items of `benchmark`'s `split` for seeds 0..seeds-1.
+
+    Results go to `store` (default `LEMON_HOME/results.sqlite`) one row per (item, seed) as each finishes;
+    pairs already stored are skipped. `pool_factory` replaces `load_pool(pool)` (tests; `pool` still names
+    the run). `ray_address` runs each (item, seed) as a Ray task (see `scale.py`).
+    """
+    from lemon.bench.datasets import load_split
+
+    task = get_task(benchmark)
+    check_method(method)
+    if seeds < 1 or concurrency < 1 or (limit is not None and limit < 1):
+        raise LemonError("--seeds, --concurrency and --limit must be at least 1")
+    if not 0.0 <= temperature <= 2.0:
+        raise LemonError(f"--temperature must be in [0, 2], got {temperature}")
+    split = _resolve_split(benchmark, split)
+    items = list(load_split(benchmark, split, data_dir=data_dir))
+    if limit is not None:
+        items = items[:limit]
+    if not items:
+        raise LemonError(f"{benchmark}/{split} has no items in {data_dir or 'the data directory'}")
+    if len({str(i.id) for i in items}) != len(items):
+        raise LemonError(f"{benchmark}/{split}: item ids are not unique; the data files are corrupt")
+
+    own_store = not isinstance(store, ResultsStore)
+    db = store if isinstance(store, ResultsStore) else ResultsStore(store)
+    try:
+        settings = EvalSettings(benchmark=benchmark, method=method, level=level, pool=pool,
+                                temperature=temperature, max_tokens=max_tokens, n_agents=n_agents,
+                                budget_tokens=budget_tokens, call_timeout_s=call_timeout_s, cache=cache)
+        run_id = make_run_id(benchmark=benchmark, split=split, method=method, pool=pool_identity(pool),
+                             level=level, limit=limit, config=settings.identity())
+        traces = lemon_home() / "traces" / run_id
+        settings = dataclasses.replace(settings, trace_dir=str(traces))
+        ids_hash = hashlib.sha256("\n".join(str(i.id) for i in items).encode()).hexdigest()
+        config = {**settings.identity(), "kind": task.kind, "limit": limit,
+                  "pool_identity": pool_identity(pool), "item_ids_sha256": ids_hash,
+                  "lemon_version": _lemon_version()}
+        db.ensure_run(run_id, benchmark=benchmark, split=split, method=method, pool=pool, level=level,
+                      seeds=seeds, n_items=len(items), config=config)
+        if retry_errors:
+            dropped = db.delete_errors(run_id)
+            if dropped:
+                log.info("retrying %d items that ended in error", dropped)
+        by_id = {str(i.id): i for i in items}
+        keys = [(str(i.id), s) for s in range(seeds) for i in items]
+        pending = db.pending_items(run_id, keys)
+        skipped = len(keys) - len(pending)
+        if skipped:
+            log.info("run %s: resuming, %d of %d (item, seed) pairs stored", run_id, skipped, len(keys))
+        tracker = _Tracker(db.items(run_id, item_ids=list(by_id), seeds=range(seeds)))
+        jobs = [(by_id[i], s) for i, s in pending]
+        bar = _progress(console, progress)
+        with bar:
+            bar_task = bar.add_task(f"{benchmark}/{split} {method}", total=len(keys), completed=skipped,
+                                    stats=tracker.describe())
+
+            def record(row: ItemRow) -> None:
+                db.put(run_id, row)
+                tracker.add(row)
+                bar.update(bar_task, advance=1, stats=tracker.describe())
+
+            try:
+                if ray_address:
+                    from lemon.bench.scale import run_with_ray
+
+                    await run_with_ray(ray_address, settings, jobs, record, concurrency=concurrency,
+                                       pool_factory=pool_factory)
+                else:
+                    await _run_local(settings, jobs, record, concurrency=concurrency,
+                                     pool_factory=pool_factory)
+            except LemonError as exc:
+                raise type(exc)(f"{exc} [{tracker.n} of {len(keys)} results are stored in {db.path}; "
+                                "re-run the same command to resume]") from exc
+        rows = db.items(run_id, item_ids=list(by_id), seeds=range(seeds))
+        info = db.run(run_id)
+        assert info is not None
+        return EvalSummary(run_id=run_id, store_path=db.path, benchmark=benchmark, split=split, method=method,
+                           pool=pool, level=level, n_items=len(items), seeds=seeds, computed=len(tracker.new),
+                           skipped=skipped, stats=run_stats(info, rows), trace_dir=traces)
+    finally:
+        if own_store:
+            db.close()
+
+
+async def _run_local(settings: EvalSettings, jobs: Sequence[tuple[Any, int]],
+                     record: Callable[[ItemRow], None], *, concurrency: int,
+                     pool_factory: PoolFactory | None) -> None:
+    """All jobs in this process, at most `concurrency` in flight; each row is recorded as it finishes."""
+    if not jobs:
+        return
+    ctx = build_context(settings, pool_factory)
+    sem = asyncio.Semaphore(concurrency)
+
+    async def one(item: Any, seed: int) -> None:
+        async with sem:
+            row = await run_item(ctx, item, seed)
+        record(row)  # on the event loop thread: the store sees one writer
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for item, seed in jobs:
+                tg.create_task(one(item, seed))
+    except BaseExceptionGroup as group:
+        raise _first_error(group) from None
+    finally:
+        await ctx.aclose()
+
+
+def _first_error(group: BaseExceptionGroup) -> BaseException:
+    """A user-facing LemonError if any task raised one, else the first exception (a bug: keep it)."""
+    flat: list[BaseException] = []
+    stack: list[BaseException] = [group]
+    while stack:
+        e = stack.pop(0)
+        if isinstance(e, BaseExceptionGroup):
+            stack.extend(e.exceptions)
+        else:
+            flat.append(e)
+    for e in flat:
+        if isinstance(e, LemonError):
+            return e
+    return flat[0]
+
+
+def _progress(console: Console | None, enabled: bool) -> Progress:
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console or Console(stderr=True),
+        disable=not enabled,
+        transient=False,
+    )
+
+
+def _lemon_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("lemon-mas")
+    except Exception:  # not installed as a distribution
+        return "unknown"
+
+
+def summary_lines(summary: EvalSummary) -> list[str]:
+    """Human-readable lines for the CLI (rich markup)."""
+    st = summary.stats
+    std = "n/a (one seed)" if st.accuracy_std is None else f"{100 * st.accuracy_std:.2f}"
+    acc = "n/a" if math.isnan(st.accuracy_mean) else f"{100 * st.accuracy_mean:.2f}%"
+    per_seed = ", ".join(f"seed {s}: {100 * a:.2f}%" for s, a in st.per_seed_accuracy.items())
+    return [
+        f"[bold]{summary.benchmark}[/] split [bold]{summary.split}[/] (first {summary.n_items} items), "
+        f"method [bold]{summary.method}[/], pool {summary.pool}, level {summary.level}",
+        f"accuracy {acc} ± {std} over {len(st.seeds)} seed(s) ({per_seed})",
+        f"worker tokens per item {st.tokens_mean:,.1f}; items not ok: {st.errors}",
+        f"computed {summary.computed}, resumed {summary.skipped}; run {summary.run_id} "
+        f"in {summary.store_path}",
+        f"traces: {summary.trace_dir}",
+    ]

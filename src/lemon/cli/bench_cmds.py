@@ -1,0 +1,98 @@
+"""`lemon eval` and `lemon report`: thin typer commands over `lemon.bench.evaluate` and `lemon.bench.report`.
+
+The lead registers them on the main app with `register(app)`. Option parsing only; the work is in the library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markdown import Markdown
+
+_METHOD_HELP = "vanilla, cot, sc-cot, chain, tree, complete, random, prompted, or trained:PATH."
+_STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
+_COMPARE_HELP = "Paired exact McNemar test of two methods (or run ids), e.g. --compare cot sc-cot."
+
+
+def _consoles() -> tuple[Console, Console]:
+    """The CLI's shared consoles (imported lazily: lemon.cli.main imports this module to register it)."""
+    from lemon.cli.main import console, err_console
+
+    return console, err_console
+
+
+def eval_cmd(
+    benchmark: Annotated[str, typer.Argument(help="gsm8k, svamp, aqua, multiarith, mmlu or humaneval.")],
+    method: Annotated[str, typer.Option("--method", "-m", help=_METHOD_HELP)],
+    split: Annotated[str | None, typer.Option(help="Split (default: the evaluation split).")] = None,
+    limit: Annotated[int | None, typer.Option(help="The first N items of the split, in order.")] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds 0..K-1; each is a sampled replicate.")] = 1,
+    pool: Annotated[str, typer.Option("--pool", help="Pool: cpu, tiny, or a pool YAML file.")] = "cpu",
+    level: Annotated[str, typer.Option(help="Capacity level of every baseline agent.")] = "medium",
+    concurrency: Annotated[int, typer.Option(help="(item, seed) runs in flight at once.")] = 4,
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
+    temperature: Annotated[float, typer.Option(help="Worker sampling temperature; 0 = greedy.")] = 0.7,
+    max_tokens: Annotated[int | None, typer.Option(help="Max new tokens per agent call.")] = None,
+    agents: Annotated[int | None, typer.Option(help="Agents in sc-cot/chain/complete/random.")] = None,
+    budget_tokens: Annotated[int | None, typer.Option(help="Cap on worker tokens per item.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+    retry_errors: Annotated[bool, typer.Option("--retry-errors",
+                                               help="Recompute items stored with status error.")] = False,
+    ray: Annotated[str | None, typer.Option("--ray", help="Run on Ray: local, auto, or an address.")] = None,
+) -> None:
+    """Evaluate METHOD on BENCHMARK; results are stored per item as they finish, and re-running resumes."""
+    from lemon.bench.evaluate import evaluate, summary_lines
+
+    console, err_console = _consoles()
+    summary = asyncio.run(
+        evaluate(
+            benchmark, method, split=split, limit=limit, seeds=seeds, pool=pool, level=level,
+            concurrency=concurrency, store=store, data_dir=data_dir, temperature=temperature,
+            max_tokens=max_tokens, n_agents=agents, budget_tokens=budget_tokens, call_timeout_s=timeout,
+            cache=not no_cache, retry_errors=retry_errors, progress=True, console=err_console,
+            ray_address=ray,
+        )
+    )
+    for line in summary_lines(summary):
+        console.print(line, highlight=False)
+
+
+def report_cmd(
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the markdown here, e.g. docs/results.md.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="Write accuracy-vs-tokens PNG, e.g. docs/x.png.")] = None,
+    compare: Annotated[tuple[str, str] | None, typer.Option(help=_COMPARE_HELP)] = None,
+) -> None:
+    """Tables of accuracy (mean ± std over seeds) and tokens per benchmark, paired tests, and a plot."""
+    from lemon.bench.report import build_report
+    from lemon.bench.store import ResultsStore, default_store_path
+    from lemon.errors import LemonError
+
+    console, _ = _consoles()
+    path = store or default_store_path()
+    if not path.exists():
+        raise LemonError(f"no results store at {path}; run `lemon eval` first or pass --store")
+    if compare is not None and None in compare:
+        compare = None
+    with ResultsStore(path) as db:
+        report = build_report(db, out=out, plot=plot, compare=compare)
+    console.print(Markdown(report.markdown))
+    if out is not None:
+        console.print(f"wrote {out}", highlight=False)
+    if report.plot_path is not None:
+        console.print(f"wrote {report.plot_path}", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `eval` and `report` to the main CLI app (idempotent)."""
+    names = {c.name for c in app.registered_commands}
+    if "eval" not in names:
+        app.command("eval")(eval_cmd)
+    if "report" not in names:
+        app.command("report")(report_cmd)

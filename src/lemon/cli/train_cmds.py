@@ -1,0 +1,190 @@
+"""`lemon sft`, `lemon train`, `lemon plot`, `lemon export-gguf`: thin typer commands over `lemon.train`.
+
+Option parsing and progress display only; the work is in the library. Registered on the main app by
+`register(app)`. The training stack (torch, transformers) is imported inside the commands, so `lemon --help`
+stays fast and works without the [train] extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from lemon.errors import LemonError
+
+
+def _consoles() -> tuple[Any, Any]:
+    from lemon.cli.main import console, err_console
+
+    return console, err_console
+
+
+def _need_train_extra() -> None:
+    try:
+        import torch  # noqa: F401
+        import transformers
+    except ImportError as exc:
+        raise LemonError(f"training needs the [train] extra ({exc.name} is missing): "
+                         "pip install -e '.[train]'") from None
+    # The CLI draws its own progress bars; transformers' per-load bars would interleave with them.
+    transformers.utils.logging.disable_progress_bar()
+
+
+def _families(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    from lemon.train.config import FAMILIES
+
+    fams = tuple(f.strip() for f in value.split(",") if f.strip())
+    bad = [f for f in fams if f not in FAMILIES]
+    if bad or not fams:
+        raise LemonError(f"--families {value!r}: expected a comma-separated subset of {','.join(FAMILIES)}")
+    return fams
+
+
+def _progress(console: Any) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("{task.fields[info]}"), console=console, transient=False)
+
+
+def sft_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Output directory (model/, sft.json, sft_data.jsonl).")],
+    benchmark: Annotated[str, typer.Option(help="Benchmark whose TRAIN split supplies the tasks.")] = "gsm8k",
+    teacher_pool: Annotated[str, typer.Option(help="Pool of the teacher: cpu, tiny or a pool YAML.")] = "cpu",
+    teacher_level: Annotated[str, typer.Option(help="Teacher's level in that pool.")] = "large",
+    policy: Annotated[str | None, typer.Option(help="Policy to fine-tune (HF dir); default SmolLM2-135M.")] = None,
+    n_train: Annotated[int, typer.Option(help="Training-split items the teacher writes specs for.")] = 200,
+    n_eval: Annotated[int, typer.Option(help="Further held-out items for the valid-spec rate.")] = 50,
+    epochs: Annotated[int, typer.Option(help="Passes over the teacher's specs.")] = 3,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 2e-5,
+    batch_size: Annotated[int, typer.Option(help="Examples per optimiser step.")] = 4,
+    require_correct: Annotated[bool, typer.Option("--require-correct",
+                                                  help="Execute specs; keep only correct ones.")] = False,
+    lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter (merged when saved).")] = False,
+    max_new_tokens: Annotated[int, typer.Option(help="Generation limit when measuring validity.")] = 256,
+    data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
+    seed: Annotated[int, typer.Option(help="Shuffling seed.")] = 0,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+) -> None:
+    """Warm-start the policy on the teacher's valid specs; report the valid-spec rate before and after."""
+    _need_train_extra()
+    from lemon.train.sft import SFTSettings, run_sft
+
+    console, err_console = _consoles()
+    settings = SFTSettings(out_dir=out, benchmark=benchmark, teacher_pool=teacher_pool,
+                           teacher_level=teacher_level, policy=policy, n_train=n_train, n_eval=n_eval,
+                           epochs=epochs, lr=lr, batch_size=batch_size, require_correct=require_correct,
+                           data_dir=str(data_dir) if data_dir else None, seed=seed,
+                           max_new_tokens=max_new_tokens, cache=not no_cache, threads=threads, lora=lora)
+    with _progress(err_console) as bar:
+        ids: dict[str, Any] = {}
+
+        def progress(phase: str, done: int, total: int) -> None:
+            if phase not in ids:
+                ids[phase] = bar.add_task(phase, total=total, info="")
+            bar.update(ids[phase], completed=done, total=total)
+
+        report = asyncio.run(run_sft(settings, progress=progress))
+    before = report["valid_rate_before"]
+    console.print(f"examples {report['n_examples']} (teacher: {report['teacher_counts']})")
+    console.print(f"valid-spec rate without grammar on {report['n_eval']} held-out tasks: "
+                  f"before {before if before is None else f'{100 * before:.1f}%'} -> "
+                  f"after {100 * report['valid_rate_after']:.1f}%")
+    console.print(f"model: {report['model_dir']}")
+
+
+def train_cmd(
+    run_dir: Annotated[Path, typer.Option("--run-dir", help="Run directory (checkpoints, metrics, final/).")],
+    benchmark: Annotated[str, typer.Option(help="Benchmark whose TRAIN split supplies the tasks.")] = "gsm8k",
+    pool: Annotated[str, typer.Option("--pool", help="Worker pool: cpu, tiny, or a pool YAML file.")] = "tiny",
+    policy: Annotated[str | None, typer.Option(help="Initial policy (HF dir, e.g. the SFT model).")] = None,
+    steps: Annotated[int, typer.Option(help="Total optimiser steps (a resumed run continues to this).")] = 100,
+    limit_tasks: Annotated[int | None, typer.Option(help="Use the first N items of the train split.")] = None,
+    config: Annotated[Path | None, typer.Option(help="Training config YAML (default: packaged).")] = None,
+    save_every: Annotated[int, typer.Option(help="Checkpoint every N steps (and at the end).")] = 50,
+    keep_checkpoints: Annotated[int, typer.Option(help="Checkpoints kept on disk.")] = 2,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the latest checkpoint.")] = False,
+    no_cf: Annotated[bool, typer.Option("--no-cf", help="Ablation: global GRPO only.")] = False,
+    families: Annotated[str | None, typer.Option(help="Counterfactual families, e.g. edge,role.")] = None,
+    fixed_roles: Annotated[bool, typer.Option("--fixed-roles", help="Ablation: base roles only.")] = False,
+    fixed_capacity: Annotated[str | None, typer.Option(help="Ablation: run every agent at LEVEL.")] = None,
+    fixed_structure: Annotated[str | None, typer.Option(help="Ablation: 'chain'.")] = None,
+    group_size: Annotated[int | None, typer.Option(help="Override group.group_size.")] = None,
+    tasks_per_step: Annotated[int | None, typer.Option(help="Override rollout.tasks_per_step.")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Override rollout.max_new_tokens.")] = None,
+    kl_beta: Annotated[float | None, typer.Option(help="Override credit.kl_beta (0 = no reference).")] = None,
+    lr: Annotated[float | None, typer.Option(help="Override optim.lr.")] = None,
+    lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
+    data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of sampling, task order and counterfactual choices.")] = 0,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+) -> None:
+    """Orchestration-level GRPO with localized counterfactual credit on a benchmark's training split."""
+    _need_train_extra()
+    from lemon.train.grpo import TrainSettings, train
+    from lemon.train.rollout import Ablation
+
+    console, err_console = _consoles()
+    if fixed_structure not in (None, "chain"):
+        raise LemonError(f"--fixed-structure {fixed_structure!r}: only 'chain' is supported")
+    if steps < 1 or save_every < 1:
+        raise LemonError("--steps and --save-every must be at least 1")
+    settings = TrainSettings(
+        run_dir=run_dir, benchmark=benchmark, pool=pool, policy=policy, steps=steps, limit_tasks=limit_tasks,
+        data_dir=str(data_dir) if data_dir else None, config_path=str(config) if config else None,
+        save_every=save_every, keep_checkpoints=keep_checkpoints, seed=seed, resume=resume, cf=not no_cf,
+        families=_families(families),
+        ablation=Ablation(fixed_roles=fixed_roles, fixed_capacity=fixed_capacity,
+                          fixed_structure=fixed_structure),  # type: ignore[arg-type]
+        lora=lora, cache=not no_cache, threads=threads, group_size=group_size, max_new_tokens=max_new_tokens,
+        kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step)
+    with _progress(err_console) as bar:
+        task = bar.add_task("train", total=steps, info="")
+
+        def on_step(step: int, row: dict[str, Any]) -> None:
+            bar.update(task, completed=step, info=f"r {row['reward_mean']:+.3f} valid {row['valid_rate']:.2f} "
+                                                  f"tok {row['worker_tokens']} {row['step_s']:.0f}s")
+
+        summary = asyncio.run(train(settings, on_step=on_step))
+    console.print(f"steps {summary.first_step}..{summary.last_step} done; metrics {run_dir / 'metrics.jsonl'}")
+    console.print(f"trained orchestrator: {summary.final_dir}  (lemon run --orchestrator {summary.final_dir})")
+
+
+def plot_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (or its metrics.jsonl).")],
+    out: Annotated[Path, typer.Option("--out", help="PNG to write.")] = Path("training.png"),
+    smooth: Annotated[int, typer.Option(help="Moving-average window in steps.")] = 1,
+) -> None:
+    """Draw the training curves of a run as a PNG."""
+    from lemon.train.plot import plot_run
+
+    console, _ = _consoles()
+    console.print(f"wrote {plot_run(run_dir, out, smooth=max(1, smooth))}")
+
+
+def export_gguf_cmd(
+    hf_dir: Annotated[Path, typer.Argument(help="Trained HF model directory (e.g. RUN/final).")],
+    out: Annotated[Path, typer.Argument(help="Output .gguf file.")],
+    outtype: Annotated[str, typer.Option(help="GGUF tensor type: q8_0, f16, f32.")] = "q8_0",
+    converter: Annotated[Path | None, typer.Option(help="Path to llama.cpp's convert_hf_to_gguf.py.")] = None,
+) -> None:
+    """Convert a trained policy to GGUF for the embedded backend (lemon run --orchestrator OUT.gguf)."""
+    from lemon.train.export import export_gguf
+
+    console, _ = _consoles()
+    console.print(f"wrote {export_gguf(hf_dir, out, outtype=outtype, converter=str(converter) if converter else None)}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add `sft`, `train`, `plot` and `export-gguf` to the main CLI app (idempotent)."""
+    names = {c.name for c in app.registered_commands}
+    for name, fn in (("sft", sft_cmd), ("train", train_cmd), ("plot", plot_cmd),
+                     ("export-gguf", export_gguf_cmd)):
+        if name not in names:
+            app.command(name)(fn)

@@ -1,0 +1,147 @@
+"""Turning an orchestrator's raw output into a valid spec: parse, repair what is mechanical, else fall back.
+
+Repairs are limited to edits that cannot change what the writer meant in a way a person would dispute:
+dropping references to agents that do not exist, self-references, duplicate and forward references (which
+is what makes the graph acyclic), renaming duplicate names, filling an unknown or missing `output` with
+the unique sink (else the last agent), and mapping an unknown role or capacity to a documented default.
+Every repair is reported as a warning; nothing is repaired silently.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from lemon.errors import SpecError
+from lemon.spec.model import MAX_AGENTS, MAX_DUTY_LEN, NAME_PATTERN, Spec
+from lemon.spec.parse import load_data, parse_spec
+from lemon.spec.roles import RoleLibrary
+from lemon.spec.validate import validate_spec
+
+_NAME_RE = re.compile(NAME_PATTERN)
+_BAD_DUTY_CHARS = re.compile(r'["\\\x00-\x1f\x7f]')
+_FALLBACK_ROLE = "generalist"
+
+
+def extract_object_text(raw: str) -> str:
+    """The spec text inside a model reply: a fenced block, else from the first `{`/`agents:` on."""
+    fenced = re.search(r"```(?:json|yaml|yml)?\s*\n(.*?)```", raw, re.DOTALL)
+    if fenced:
+        return fenced.group(1).strip()
+    brace = raw.find("{")
+    agents = raw.find("agents:")
+    starts = [i for i in (brace, agents) if i >= 0]
+    return raw[min(starts):].strip() if starts else raw.strip()
+
+
+def _load_data(text: str) -> Any:
+    """JSON or safe YAML through the spec parser's hardened loader; None when it cannot be decoded."""
+    try:
+        return load_data(text)
+    except SpecError:
+        return None
+
+
+def _slug(value: object, fallback: str) -> str:
+    s = re.sub(r"[^a-z0-9_]+", "_", str(value).strip().lower()).strip("_")
+    if not s or not s[0].isalpha():
+        s = f"{fallback}_{s}".strip("_")
+    return s[:24]
+
+
+def repair_spec_data(
+    data: Any, roles: RoleLibrary, levels: Sequence[str]
+) -> tuple[dict[str, Any], list[str]]:
+    """Mechanically repair a decoded spec mapping; returns the repaired mapping and the warnings."""
+    if not isinstance(data, dict) or not isinstance(data.get("agents"), list) or not data["agents"]:
+        raise SpecError("orchestrator output has no non-empty 'agents' list")
+    warnings: list[str] = []
+    default_level = levels[len(levels) // 2]
+    agents: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for i, raw_agent in enumerate(data["agents"][:MAX_AGENTS]):
+        if not isinstance(raw_agent, dict):
+            warnings.append(f"dropped agent {i}: not a mapping")
+            continue
+        name = raw_agent.get("name")
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            new = _slug(name or f"agent_{i}", "agent")
+            warnings.append(f"agent {i}: renamed {name!r} to {new!r}")
+            name = new
+        base, k = name, 2
+        while name in seen:
+            name = f"{base[:21]}_{k}"
+            k += 1
+        if name != base:
+            warnings.append(f"agent {i}: duplicate name {base!r} renamed to {name!r}")
+        role = raw_agent.get("role")
+        if role not in roles:
+            warnings.append(f"agent {name!r}: unknown role {role!r} replaced by {_FALLBACK_ROLE!r}")
+            role = _FALLBACK_ROLE
+        capacity = raw_agent.get("capacity")
+        if capacity not in levels:
+            warnings.append(f"agent {name!r}: unknown capacity {capacity!r} replaced by {default_level!r}")
+            capacity = default_level
+        duty = raw_agent.get("duty") or ""
+        if not isinstance(duty, str):
+            duty = str(duty)
+        cleaned = _BAD_DUTY_CHARS.sub(" ", duty).strip()[:MAX_DUTY_LEN]
+        if cleaned != duty:
+            warnings.append(f"agent {name!r}: duty cleaned to one bounded line")
+        deps_in = raw_agent.get("depends_on") or []
+        if isinstance(deps_in, str):
+            deps_in = [deps_in]
+        deps: list[str] = []
+        for d in deps_in if isinstance(deps_in, list) else []:
+            if d in seen and d not in deps:
+                deps.append(d)
+            else:
+                warnings.append(f"agent {name!r}: dropped dependency {d!r} (not an earlier agent)")
+        agents.append(
+            {"name": name, "role": role, "duty": cleaned, "capacity": capacity, "depends_on": deps}
+        )
+        seen.add(name)
+    if not agents:
+        raise SpecError("orchestrator output has no usable agent")
+    if len(data["agents"]) > MAX_AGENTS:
+        warnings.append(f"kept the first {MAX_AGENTS} of {len(data['agents'])} agents")
+    used = {d for a in agents for d in a["depends_on"]}
+    sinks = [a["name"] for a in agents if a["name"] not in used]
+    output = data.get("output")
+    if output not in seen:
+        new_output = sinks[0] if len(sinks) == 1 else agents[-1]["name"]
+        warnings.append(f"output {output!r} names no agent; using {new_output!r}")
+        output = new_output
+    return {"agents": agents, "output": output}, warnings
+
+
+def fallback_spec(levels: Sequence[str]) -> Spec:
+    """The documented default spec (orchestrator/prompts/fallback.yaml) mapped onto this pool's levels."""
+    text = (resources.files("lemon.orchestrator") / "prompts" / "fallback.yaml").read_text(encoding="utf-8")
+    data = yaml.safe_load(text)
+    position = {"bottom": levels[0], "middle": levels[len(levels) // 2], "top": levels[-1]}
+    for agent in data["agents"]:
+        agent["capacity"] = position[agent["capacity"]]
+    return Spec.model_validate(data)
+
+
+def spec_from_output(
+    raw: str, roles: RoleLibrary, levels: Sequence[str]
+) -> tuple[Spec, str, tuple[str, ...]]:
+    """(spec, source, warnings) for a raw orchestrator reply; never raises for bad model output."""
+    text = extract_object_text(raw)
+    try:
+        return validate_spec(parse_spec(text), roles, levels), "model", ()
+    except SpecError as first:
+        reason = str(first)
+    try:
+        data, warnings = repair_spec_data(_load_data(text), roles, levels)
+        spec = validate_spec(Spec.model_validate(data), roles, levels)
+        return spec, "repaired", (f"spec repaired ({reason})", *warnings)
+    except (SpecError, ValueError) as exc:
+        spec = validate_spec(fallback_spec(levels), roles, levels)
+        return spec, "fallback", (f"orchestrator output unusable ({reason}; {exc}); using the default spec",)

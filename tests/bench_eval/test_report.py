@@ -1,0 +1,100 @@
+"""Report: mean ± std over seeds, exact McNemar on a known table, markdown and PNG output."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from lemon.bench.report import build_report, mcnemar_exact, paired_compare, run_stats
+from lemon.bench.store import ItemRow, ResultsStore, RunInfo
+from lemon.errors import LemonError
+
+
+def test_mcnemar_exact_known_values() -> None:
+    # b=5, c=1: p = 2 * (C(6,0)+C(6,1)) / 2^6 = 2 * 7/64
+    assert mcnemar_exact(5, 1) == pytest.approx(14 / 64)
+    assert mcnemar_exact(1, 5) == pytest.approx(14 / 64)
+    assert mcnemar_exact(0, 7) == pytest.approx(2 / 128)
+    assert mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(12, 12) == 1.0
+    # b=10, c=3 (13 discordant): 2 * sum_{i<=3} C(13,i) / 2^13 = 2 * 378 / 8192
+    assert mcnemar_exact(10, 3) == pytest.approx(2 * 378 / 8192)
+
+
+def test_mcnemar_matches_scipy() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    for b, c in [(3, 9), (17, 30), (1, 0), (40, 22)]:
+        assert mcnemar_exact(b, c) == pytest.approx(stats.binomtest(b, b + c, 0.5).pvalue, rel=1e-9)
+
+
+def _row(item: str, seed: int, correct: bool, tokens: int = 10) -> ItemRow:
+    return ItemRow(item_id=item, seed=seed, prediction="x", gold="x", correct=correct, tokens={},
+                   total_tokens=tokens, latency_s=0.0, trace_id=None, status="ok")
+
+
+def _fill(store: ResultsStore, run_id: str, method: str, table: dict[tuple[str, int], bool], seeds: int,
+          tokens: int, benchmark: str = "gsm8k") -> None:
+    store.ensure_run(run_id, benchmark=benchmark, split="test", method=method, pool="tiny", level="medium",
+                     seeds=seeds, n_items=len({i for i, _ in table}), config={"temperature": 0.7})
+    for (item, seed), ok in table.items():
+        store.put(run_id, _row(item, seed, ok, tokens))
+
+
+def test_paired_table_counts() -> None:
+    a = [_row(str(i), 0, ok) for i, ok in enumerate([1, 1, 1, 0, 0, 1, 1, 0])]
+    b = [_row(str(i), 0, ok) for i, ok in enumerate([1, 0, 0, 0, 1, 0, 1, 0])]
+    run = RunInfo("r", "gsm8k", "test", "cot", "tiny", "medium", 1, 8, {}, 0.0, 0.0)
+    res = paired_compare(run, a, run, b)
+    assert (res.both_right, res.a_only, res.b_only, res.both_wrong) == (2, 3, 1, 2)
+    assert res.discordant == 4 and res.p_value == pytest.approx(mcnemar_exact(3, 1))
+
+
+def test_report_mean_std_table_compare_and_png(tmp_path: Path) -> None:
+    store_path = tmp_path / "r.sqlite"
+    with ResultsStore(store_path) as store:
+        # cot: per-seed accuracy 0.75, 0.5, 1.0 -> mean 0.75, sample std 0.25
+        cot = {(str(i), s): ok for s, oks in enumerate([[1, 1, 1, 0], [1, 0, 1, 0], [1, 1, 1, 1]])
+               for i, ok in enumerate(oks)}
+        vanilla = {(str(i), s): ok for s, oks in enumerate([[0, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 0]])
+                   for i, ok in enumerate(oks)}
+        _fill(store, "run_cot", "cot", {k: bool(v) for k, v in cot.items()}, 3, 120)
+        _fill(store, "run_van", "vanilla", {k: bool(v) for k, v in vanilla.items()}, 3, 40)
+        _fill(store, "run_one", "cot", {("0", 0): True, ("1", 0): False}, 1, 50, benchmark="svamp")
+        stats = {s.run.run_id: s for s in (run_stats(r, store.items(r.run_id)) for r in store.runs())}
+        assert stats["run_cot"].accuracy_mean == pytest.approx(0.75)
+        assert stats["run_cot"].accuracy_std == pytest.approx(0.25)
+        assert stats["run_one"].accuracy_std is None
+        report = build_report(store, out=tmp_path / "docs" / "results.md", plot=tmp_path / "docs" / "acc.png",
+                              compare=("cot", "vanilla"), now=datetime(2026, 1, 2, 3, 4, tzinfo=UTC))
+    md = (tmp_path / "docs" / "results.md").read_text()
+    assert md == report.markdown
+    assert str(store_path) in md and "2026-01-02 03:04 UTC" in md
+    assert "## gsm8k" in md and "## svamp" in md
+    assert "75.00 ± 25.00" in md and "50.00 ± n/a" in md
+    assert "| tiny | medium |" in md
+    gsm8k = md.split("## gsm8k")[1].split("## svamp")[0]
+    assert gsm8k.index("| vanilla |") < gsm8k.index("| cot |")  # baselines in their documented order
+    # paired: cot right/vanilla wrong and the reverse, over the 12 (item, seed) pairs
+    (cmp,) = report.comparisons
+    a_only = sum(cot[k] and not vanilla[k] for k in cot)
+    b_only = sum(vanilla[k] and not cot[k] for k in cot)
+    assert (cmp.pairs, cmp.a_only, cmp.b_only) == (12, a_only, b_only)
+    assert f"{a_only + b_only} discordant pairs" in md and "Exact McNemar" in md
+    assert f"p = {mcnemar_exact(a_only, b_only):.4g}" in md
+    png = (tmp_path / "docs" / "acc.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_compare_unknown_method_is_a_one_line_error(tmp_path: Path) -> None:
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        _fill(store, "run_cot", "cot", {("0", 0): True}, 1, 10)
+        with pytest.raises(LemonError, match="methods stored: cot"):
+            build_report(store, compare=("cot", "tree"))
+
+
+def test_empty_store_report(tmp_path: Path) -> None:
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        report = build_report(store, plot=tmp_path / "p.png")
+    assert "no runs yet" in report.markdown and (tmp_path / "p.png").exists()

@@ -1,0 +1,127 @@
+"""`lemon validate / exec / run / models` as a person runs them: exit codes, one-line errors, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.llm.servers import free_port
+
+GOOD = """agents:
+  - {name: solver, role: math_solver, duty: "Solve it.", capacity: small}
+  - {name: final, role: critic, capacity: large, depends_on: [solver]}
+"""
+
+
+def lemon(*args: str, home: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "LEMON_HOME": str(home), "COLUMNS": "160"}
+    return subprocess.run([sys.executable, "-m", "lemon.cli.main", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def assert_clean_error(proc: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines and lines[-1].startswith("error:"), proc.stderr
+    assert expected in " ".join(proc.stderr.split()), proc.stderr
+
+
+def test_validate_prints_the_canonical_form(tmp_path: Path, _isolated_home: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(GOOD)
+    proc = lemon("validate", str(f), "--pool", "tiny", home=_isolated_home)
+    assert proc.returncode == 0, proc.stderr
+    assert "valid" in proc.stdout and 'duty: "Solve it."' in proc.stdout and "output: final" in proc.stdout
+
+
+BAD_SPECS = [
+    ("agents:\n  - name: a\n   role: [", "malformed YAML"),
+    ("a: &a [1, 2]\nagents: *a", "anchors/aliases"),
+    ("agents: !!python/object/apply:os.system ['true']", "malformed YAML"),
+    (json.dumps({"agents": [{"name": f"a{i}", "role": "generalist", "capacity": "small"} for i in range(10_000)]}),
+     "characters"),
+    ("agents:\n  - {name: a, role: generalist, capacity: small, depends_on: [b]}\n"
+     "  - {name: b, role: generalist, capacity: small, depends_on: [a]}", "cycle"),
+    ("agents:\n  - {name: a, role: generalist, capacity: small, depends_on: [a]}", "itself"),
+    ("agents:\n  - {name: a, role: generalist, capacity: small, depends_on: [x]}", "no agent is named 'x'"),
+    ("agents:\n  - {name: a, role: generalist, capacity: huge}", "unknown level 'huge'"),
+    ("agents:\n  - {name: a, role: wizard, capacity: small}", "unknown base role 'wizard'"),
+]
+
+
+# Short ids: pytest puts the test id in the child's environment, and a 600 kB id does not fit there.
+@pytest.mark.parametrize(("text", "expected"), BAD_SPECS, ids=[e.split()[0].strip("'") for _, e in BAD_SPECS])
+def test_bad_specs_exit_2_with_one_line(tmp_path: Path, _isolated_home: Path, text: str, expected: str) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    assert_clean_error(lemon("validate", str(f), home=_isolated_home), expected)
+
+
+def test_missing_spec_file_and_unknown_pool(tmp_path: Path, _isolated_home: Path) -> None:
+    assert_clean_error(lemon("validate", str(tmp_path / "nope.yaml"), home=_isolated_home), "does not exist")
+    f = tmp_path / "s.yaml"
+    f.write_text(GOOD)
+    assert_clean_error(lemon("validate", str(f), "--pool", "nopool", home=_isolated_home), "neither a built-in")
+
+
+def test_refused_endpoint_exits_2_and_keeps_the_trace(tmp_path: Path, _isolated_home: Path) -> None:
+    pool = tmp_path / "pool.yaml"
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    pool.write_text("name: remote\nlevels:\n"
+                    f"  - {{name: small, backend: openai, base_url: '{url}', model: m, max_retries: 1}}\n"
+                    f"  - {{name: large, backend: openai, base_url: '{url}', model: m, max_retries: 1}}\n")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD)
+    proc = lemon("exec", str(spec), "2+2?", "--pool", str(pool), "--trace-dir", str(tmp_path / "traces"),
+                 home=_isolated_home, timeout=120)
+    assert_clean_error(proc, "cannot be reached")
+    traces = list((tmp_path / "traces").glob("*.json"))
+    assert len(traces) == 1 and json.loads(traces[0].read_text())["events"][-1]["reason"] == "error"
+
+
+@pytest.mark.models
+def test_corrupted_model_file_exits_2_naming_the_hash(tmp_path: Path, _isolated_home: Path) -> None:
+    bad = tmp_path / "model.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 1000)
+    pool = tmp_path / "pool.yaml"
+    pool.write_text("name: pinned\nlevels:\n"
+                    f"  - {{name: small, backend: embedded, model: '{bad}', sha256: "
+                    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}\n"
+                    "  - {name: large, backend: embedded, model: smollm2-135m}\n")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD)
+    assert_clean_error(lemon("exec", str(spec), "2+2?", "--pool", str(pool), home=_isolated_home),
+                       "expected b179c9523d0e")
+
+
+@pytest.mark.models
+def test_budget_exceeded_exits_2_and_says_so(tmp_path: Path, _isolated_home: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD)
+    proc = lemon("exec", str(spec), "What is 12 * 12?", "--pool", "tiny", "--budget-tokens", "50",
+                 home=_isolated_home)
+    assert_clean_error(proc, "token budget")
+
+
+@pytest.mark.models
+def test_run_writes_a_spec_answers_and_reports_tokens(tmp_path: Path, _isolated_home: Path) -> None:
+    proc = lemon("run", "Tom has 3 apples and buys 4 more. How many apples does he have?", "--pool", "tiny",
+                 "--max-tokens", "48", "--trace-dir", str(tmp_path), home=_isolated_home)
+    assert proc.returncode == 0, proc.stderr
+    assert "agents:" in proc.stdout and "tokens per agent" in proc.stdout and "answer" in proc.stdout
+    trace = json.loads(next(tmp_path.glob("trace-*.json")).read_text())
+    assert trace["events"][0]["type"] == "orchestrator_decision" and trace["events"][-1]["type"] == "stop"
+
+
+@pytest.mark.models
+def test_models_lists_every_pinned_model(_isolated_home: Path) -> None:
+    proc = lemon("models", home=_isolated_home)
+    assert proc.returncode == 0, proc.stderr
+    for model in ("smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
+        assert model in proc.stdout
