@@ -137,11 +137,32 @@ def _matches(run: RunInfo, selector: str) -> bool:
     return run.method == selector or (len(selector) >= 4 and run.run_id.startswith(selector))
 
 
+BEST = "best"
+
+
+def _best_other(store: ResultsStore, runs: Sequence[RunInfo], ra: RunInfo) -> RunInfo | None:
+    """The run with the highest mean accuracy among the OTHER methods on A's benchmark, split, pool, level."""
+    group = [r for r in runs if r.method != ra.method
+             and (r.benchmark, r.split, r.pool, r.level) == (ra.benchmark, ra.split, ra.pool, ra.level)]
+    scored = [(run_stats(r, store.items(r.run_id)).accuracy_mean, r) for r in group]
+    scored = [(acc, r) for acc, r in scored if not math.isnan(acc)]
+    return max(scored, key=lambda x: x[0])[1] if scored else None
+
+
 def find_comparisons(store: ResultsStore, runs: Sequence[RunInfo], a: str, b: str) -> list[PairedResult]:
-    """Every pairing of a run of A with a run of B on the same benchmark, split, pool and level."""
+    """Every pairing of a run of A with a run of B on the same benchmark, split, pool and level.
+
+    `b == "best"` pairs each run of A with the most accurate other method of its group (chosen on these
+    same items, so the test answers "is the best baseline reliably better", not an unbiased comparison).
+    """
     out = []
     for ra in runs:
         if not _matches(ra, a):
+            continue
+        if b == BEST:
+            rb = _best_other(store, runs, ra)
+            if rb is not None:
+                out.append(paired_compare(rb, store.items(rb.run_id), ra, store.items(ra.run_id)))
             continue
         for rb in runs:
             if rb.run_id == ra.run_id or not _matches(rb, b):
@@ -270,7 +291,7 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
     if compare is not None:
         methods = sorted({r.method for r in runs})
         for sel in compare:
-            if not any(_matches(r, sel) for r in runs):
+            if sel != BEST and not any(_matches(r, sel) for r in runs):
                 raise LemonError(f"--compare: no run of method or run id {sel!r} in {store.path}; "
                                  f"methods stored: {', '.join(methods) or 'none'}")
         comparisons = tuple(find_comparisons(store, runs, *compare))

@@ -15,7 +15,8 @@ from rich.markdown import Markdown
 
 _METHOD_HELP = "vanilla, cot, sc-cot, chain, tree, complete, random, prompted, or trained:PATH."
 _STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
-_COMPARE_HELP = "Paired exact McNemar test of two methods (or run ids), e.g. --compare cot sc-cot."
+_COMPARE_HELP = ("Paired exact McNemar test of two methods (or run ids), e.g. --compare cot sc-cot; "
+                 "`--compare vanilla best` pairs vanilla with the most accurate other method.")
 
 
 def _consoles() -> tuple[Console, Console]:
