@@ -98,3 +98,15 @@ def test_empty_store_report(tmp_path: Path) -> None:
     with ResultsStore(tmp_path / "r.sqlite") as store:
         report = build_report(store, plot=tmp_path / "p.png")
     assert "no runs yet" in report.markdown and (tmp_path / "p.png").exists()
+
+
+def test_compare_with_best_pairs_each_run_with_the_most_accurate_other_method(tmp_path: Path) -> None:
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        items = [str(i) for i in range(6)]
+        _fill(store, "v", "vanilla", {(i, 0): k < 1 for k, i in enumerate(items)}, 1, 10)
+        _fill(store, "c", "cot", {(i, 0): k < 3 for k, i in enumerate(items)}, 1, 10)
+        _fill(store, "t", "tree", {(i, 0): k < 5 for k, i in enumerate(items)}, 1, 40)
+        report = build_report(store, compare=("vanilla", "best"))
+    (pair,) = report.comparisons
+    assert pair.run_a.method == "tree" and pair.run_b.method == "vanilla"
+    assert (pair.a_only, pair.b_only) == (4, 0)
