@@ -29,7 +29,7 @@ def test_json_schema_is_translated_for_llama_cpp_and_openai() -> None:
 async def test_refused_connection_fails_fast_with_a_clear_error() -> None:
     backend = OpenAIBackend(f"http://127.0.0.1:{free_port()}/v1", "m", max_retries=2, backoff_s=0.01)
     start = time.perf_counter()
-    with pytest.raises(BackendError, match="cannot be reached.*after 3 attempt"):
+    with pytest.raises(BackendError, match=r"cannot be reached.*after 3 attempt"):
         await backend.complete(ChatRequest((Message("user", "hi"),)))
     assert time.perf_counter() - start < 10
     await backend.aclose()

