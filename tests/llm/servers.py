@@ -23,35 +23,34 @@ def free_port() -> int:
 def llama_server(model: Path, *, startup_s: float = 120.0) -> Iterator[str]:
     """Yield the base URL (`http://127.0.0.1:PORT/v1`) of a real llama.cpp server serving `model`."""
     port = free_port()
-    # The server logs a lot (model metadata): to a file, since a full pipe would block it.
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
     base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + startup_s
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                raise RuntimeError(f"llama_cpp.server exited: {log.read().decode(errors='replace')[-2000:]}")
-            try:
-                with urllib.request.urlopen(f"{base}/models", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise TimeoutError("llama_cpp.server did not start in time")
-            time.sleep(0.5)
-        yield base
-    finally:
-        proc.terminate()
+    # The server logs a lot (model metadata): to a file, since a full pipe would block it.
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
+             "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
+            stdout=log, stderr=subprocess.STDOUT,
+        )
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+            deadline = time.monotonic() + startup_s
+            while True:
+                if proc.poll() is not None:
+                    log.seek(0)
+                    raise RuntimeError(f"llama_cpp.server exited: {log.read().decode(errors='replace')[-2000:]}")
+                try:
+                    with urllib.request.urlopen(f"{base}/models", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError("llama_cpp.server did not start in time")
+                time.sleep(0.5)
+            yield base
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

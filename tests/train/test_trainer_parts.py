@@ -1,0 +1,120 @@
+"""Trainer pieces without a full run: batch building (span -> tokens), checkpoints, task order, overrides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.train
+torch = pytest.importorskip("torch")
+
+from lemon.spec.model import Agent, Spec  # noqa: E402
+from lemon.spec.render import FieldRef, render_spec  # noqa: E402
+from lemon.train.config import RewardConfig  # noqa: E402
+from lemon.train.generation import Completion  # noqa: E402
+from lemon.train.grpo import (  # noqa: E402
+    TrainSettings,
+    build_batch,
+    checkpoint_dirs,
+    effective_config,
+    save_checkpoint,
+    task_indices,
+)
+from lemon.train.reward import compute_reward  # noqa: E402
+from lemon.train.rollout import Counterfactual, GroupResult, Sample  # noqa: E402
+from lemon.train.sampler import AdaptiveFamilySampler  # noqa: E402
+from lemon.train.token_spans import offsets_from_token_ids  # noqa: E402
+
+SPEC = Spec(agents=(
+    Agent(name="solver", role="math_solver", duty="Solve it carefully", capacity="medium"),
+    Agent(name="checker", role="critic", duty="Check the solver", capacity="large", depends_on=("solver",)),
+), output="checker")
+
+
+def _sample(text: str, at: int, cf: Counterfactual | None, total: float) -> Sample:
+    r = compute_reward(True, 100, 2, 1, True, RewardConfig())
+    s = Sample(completion=text, valid=True, spec=SPEC, canonical_at=at, cf=cf)
+    s.reward = type(r)(total, r.success, r.efficiency, r.structure, r.invalid, True)
+    return s
+
+
+def test_build_batch_puts_delta_on_exactly_the_field_tokens(tokenizer: Any) -> None:
+    prefix = "Team:\n"
+    text = prefix + render_spec(SPEC).text
+    ids = [*list(tokenizer(text, add_special_tokens=False)["input_ids"]), tokenizer.eos_token_id]
+    decoded, offsets = offsets_from_token_ids(tokenizer, ids[:-1])
+    assert decoded == text
+    ref = FieldRef("duty", "checker")
+    span = render_spec(SPEC).spans[ref]
+    cf = Counterfactual("role", ref, len(prefix) + span.start, len(prefix) + span.end, delta=0.8,
+                        edited_reward=0.1, spent_tokens=10, estimated_tokens=10, cache_hits=1, calls=1)
+    comp = Completion([1, 2, 3], ids, text, offsets, stopped=True)
+    other = Completion([1, 2, 3], ids, text, offsets, stopped=True)
+    group = GroupResult("t", [_sample(text, len(prefix), cf, 1.0), _sample(text, len(prefix), None, 0.0)])
+    batch = build_batch([group], [[comp, other]], cf_weight=0.5)
+    assert batch.advantages[0] > 0 > batch.advantages[1]
+    (term,) = batch.cf_terms[0]
+    assert batch.cf_terms[1] == []
+    assert term.delta == 0.8 and term.weight == 0.5
+    assert "Check the solver" in tokenizer.decode([ids[i] for i in term.token_indices])
+    assert max(term.token_indices) < len(ids) - 1  # never the EOS
+    # no token outside the set covers a character of the field
+    for i, (s, e) in enumerate(offsets):
+        if i not in term.token_indices:
+            assert e <= cf.char_start or s >= cf.char_end
+
+
+def test_checkpoint_is_atomic_and_keeps_the_newest(tmp_path: Path) -> None:
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Linear(3, 3)
+
+        def save_pretrained(self, path: str, **_: Any) -> None:
+            torch.save(self.state_dict(), Path(path) / "w.pt")
+
+    class Tok:
+        def save_pretrained(self, path: str) -> None:
+            (Path(path) / "tok.json").write_text("{}")
+
+    model = Tiny()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model.w(torch.ones(3)).sum().backward()
+    opt.step()
+    sampler = AdaptiveFamilySampler(seed=3)
+    sampler.update("edge", 0.5)
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, model, Tok(), opt, sampler, keep=2)
+    assert [s for s, _ in checkpoint_dirs(tmp_path)] == [2, 3]
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+    last = checkpoint_dirs(tmp_path)[-1][1]
+    state = json.loads((last / "trainer_state.json").read_text())
+    restored = AdaptiveFamilySampler(seed=99)
+    restored.load_state_dict(state["sampler"])
+    assert restored.probabilities() == sampler.probabilities()
+    assert restored.sample(["edge", "role", "capacity"]) == sampler.sample(["edge", "role", "capacity"])
+    opt2 = torch.optim.AdamW(Tiny().parameters(), lr=0.1)
+    opt2.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True))
+    assert torch.equal(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
+    # a half-written checkpoint (no COMPLETE marker) is never picked up
+    (tmp_path / "checkpoints" / "step-000009").mkdir()
+    assert checkpoint_dirs(tmp_path)[-1][0] == 3
+
+
+def test_task_order_is_a_permutation_per_epoch_and_reproducible() -> None:
+    seen = [task_indices(step, 5, 1, seed=7)[0] for step in range(1, 6)]
+    assert sorted(seen) == list(range(5))
+    assert [task_indices(s, 5, 2, 7) for s in (1, 2)] == [task_indices(s, 5, 2, 7) for s in (1, 2)]
+
+
+def test_overrides_are_validated(tmp_path: Path) -> None:
+    cfg = effective_config(TrainSettings(run_dir=tmp_path, group_size=2, kl_beta=0.0,
+                                         families=("edge", "role")))
+    assert cfg.group.group_size == 2 and cfg.credit.kl_beta == 0.0 and cfg.sampler.families == ("edge", "role")
+    from lemon.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        effective_config(TrainSettings(run_dir=tmp_path, group_size=1))
