@@ -7,6 +7,13 @@ from pathlib import Path
 import pytest
 
 from lemon.paths import models_dir
+from tests.benchdata import find_data_dir
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The benchmark data directory (a missing one fails the test, never skips it)."""
+    return find_data_dir()
 
 
 @pytest.fixture(scope="session")

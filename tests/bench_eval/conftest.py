@@ -3,33 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
-from pathlib import Path
-
-import pytest
 
 from lemon.llm.base import ChatRequest, Completion, GenParams
 from lemon.llm.pool import Level, Pool
 from lemon.llm.scripted import ScriptedBackend
 
-REPO = Path(__file__).resolve().parents[2]
 LEVELS = ("small", "medium", "large")
-
-
-def find_data_dir() -> Path:
-    """LEMON_DATA_DIR if set, else `<repo>/../shared/data`; fail (not skip) when absent."""
-    env = os.environ.get("LEMON_DATA_DIR")
-    path = Path(env).expanduser() if env else REPO.parent / "shared" / "data"
-    if not path.is_dir():
-        pytest.fail(f"benchmark data not found at {path}: set LEMON_DATA_DIR, or clone the repository with "
-                    "../shared/data beside it", pytrace=False)
-    return path
-
-
-@pytest.fixture(scope="session")
-def data_dir() -> Path:
-    return find_data_dir()
 
 
 class CountingBackend(ScriptedBackend):

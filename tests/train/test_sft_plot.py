@@ -30,7 +30,7 @@ async def test_run_sft_with_given_examples(tmp_path: Path, policy_dir: Path, mon
     from lemon.spec.model import Agent, Spec
     from lemon.spec.render import render_spec
     from lemon.train.sft import SFTExample, SFTSettings, run_sft
-    from tests.bench_eval.conftest import find_data_dir
+    from tests.benchdata import find_data_dir
 
     spec = Spec(agents=(Agent(name="solver", role="math_solver", duty="Solve it", capacity="small"),),
                 output="solver")

@@ -32,7 +32,7 @@ def warm_policy(tmp_path_factory: pytest.TempPathFactory, policy_dir: Path) -> P
     from lemon.spec.roles import RoleLibrary
     from lemon.train.policy import load_policy
     from lemon.train.sft import SFTExample, finetune
-    from tests.bench_eval.conftest import find_data_dir
+    from tests.benchdata import find_data_dir
 
     torch.set_num_threads(2)
     items = load_split("gsm8k", "train", find_data_dir())[:4]
@@ -56,7 +56,7 @@ def _train(args: list[str]) -> Any:
 
 
 def test_two_steps_then_resume(tmp_path: Path, warm_policy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tests.bench_eval.conftest import find_data_dir
+    from tests.benchdata import find_data_dir
 
     monkeypatch.setenv("LEMON_DATA_DIR", str(find_data_dir()))
     run = tmp_path / "run"

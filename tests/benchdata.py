@@ -1,4 +1,4 @@
-"""Fixtures for the benchmark data tests: the shared data directory (a missing one fails, never skips)."""
+"""Where the tests find the six benchmarks' upstream files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def find_data_dir() -> Path:
@@ -18,8 +18,3 @@ def find_data_dir() -> Path:
         pytest.fail(f"benchmark data not found at {path}: set LEMON_DATA_DIR, or clone the repository with "
                     "../shared/data beside it", pytrace=False)
     return path
-
-
-@pytest.fixture(scope="session")
-def data_dir() -> Path:
-    return find_data_dir()
