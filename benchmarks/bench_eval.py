@@ -36,6 +36,9 @@ def make_handler(latency_s: float) -> type[BaseHTTPRequestHandler]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, like a real endpoint
+        # Headers and body go out as two writes; without TCP_NODELAY, Nagle + delayed ACK stall each reply
+        # ~40 ms (real servers such as uvicorn set it too).
+        disable_nagle_algorithm = True
 
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
