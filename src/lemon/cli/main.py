@@ -47,39 +47,34 @@ def _run_async(coro):  # type: ignore[no-untyped-def]
     return asyncio.run(coro)
 
 
+MaxTokensOpt = Annotated[int, typer.Option(help="Max new tokens per agent call.")]
+BudgetOpt = Annotated[int | None, typer.Option(help="Cap on total worker tokens for the run.")]
+TimeoutOpt = Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed for sampled calls.")]
+TraceDirOpt = Annotated[Path | None, typer.Option(help="Where to save the trace JSON.")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")]
+
+
 @app.command()
 def run(
     task: Annotated[str, typer.Argument(help="The task, e.g. a GSM8K-style question.")],
     pool: PoolOpt = "cpu",
     orchestrator: Annotated[
-        str | None, typer.Option(help="Trained orchestrator (HF dir); default: the prompted one.")
+        str | None, typer.Option(help="Trained orchestrator (HF dir, run dir or .gguf); default: the prompted one.")
     ] = None,
     level: Annotated[str | None, typer.Option(help="Pool level that writes the spec (default: strongest).")] = None,
-    max_tokens: Annotated[int, typer.Option(help="Max new tokens per agent call.")] = 384,
-    budget_tokens: Annotated[int | None, typer.Option(help="Cap on total worker tokens for the run.")] = None,
-    timeout: Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for sampled calls.")] = 0,
-    trace_dir: Annotated[Path | None, typer.Option(help="Where to save the trace JSON.")] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+    max_tokens: MaxTokensOpt = 384,
+    budget_tokens: BudgetOpt = None,
+    timeout: TimeoutOpt = None,
+    seed: SeedOpt = 0,
+    trace_dir: TraceDirOpt = None,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """Orchestrate TASK into a spec, execute it, and show the spec, the answer and tokens per agent."""
-    from lemon.cli.session import run_task
+    from lemon.cli.session import RunOptions, run_task
 
-    _run_async(
-        run_task(
-            console,
-            task,
-            pool_name=pool,
-            orchestrator_path=orchestrator,
-            level=level,
-            max_tokens=max_tokens,
-            budget_tokens=budget_tokens,
-            timeout=timeout,
-            seed=seed,
-            trace_dir=trace_dir,
-            cache=not no_cache,
-        )
-    )
+    opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, trace_dir, cache=not no_cache)
+    _run_async(run_task(console, task, opts, orchestrator_path=orchestrator, level=level))
 
 
 @app.command("exec")
@@ -87,30 +82,18 @@ def exec_(
     spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
     task: Annotated[str, typer.Argument(help="The task text.")],
     pool: PoolOpt = "cpu",
-    max_tokens: Annotated[int, typer.Option(help="Max new tokens per agent call.")] = 384,
-    budget_tokens: Annotated[int | None, typer.Option(help="Cap on total worker tokens for the run.")] = None,
-    timeout: Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed for sampled calls.")] = 0,
-    trace_dir: Annotated[Path | None, typer.Option(help="Where to save the trace JSON.")] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+    max_tokens: MaxTokensOpt = 384,
+    budget_tokens: BudgetOpt = None,
+    timeout: TimeoutOpt = None,
+    seed: SeedOpt = 0,
+    trace_dir: TraceDirOpt = None,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """Execute an existing SPEC on TASK."""
-    from lemon.cli.session import exec_spec
+    from lemon.cli.session import RunOptions, exec_spec
 
-    _run_async(
-        exec_spec(
-            console,
-            spec,
-            task,
-            pool_name=pool,
-            max_tokens=max_tokens,
-            budget_tokens=budget_tokens,
-            timeout=timeout,
-            seed=seed,
-            trace_dir=trace_dir,
-            cache=not no_cache,
-        )
-    )
+    opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, trace_dir, cache=not no_cache)
+    _run_async(exec_spec(console, spec, task, opts))
 
 
 @app.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -78,29 +79,30 @@ def _show_result(console: Console, result: RunResult, trace_path: Path) -> None:
     console.print(f"trace: {trace_path}")
 
 
-async def _execute(
-    console: Console,
-    pool: Pool,
-    roles: RoleLibrary,
-    spec: Spec,
-    task: str,
-    *,
-    max_tokens: int,
-    budget_tokens: int | None,
-    timeout: float | None,
-    seed: int,
-    trace_dir: Path | None,
-    orchestrator_info: dict[str, Any] | None = None,
-) -> RunResult:
+@dataclass(frozen=True)
+class RunOptions:
+    """What `lemon run` and `lemon exec` share: the pool and how the spec is executed."""
+
+    pool: str
+    max_tokens: int
+    budget_tokens: int | None
+    timeout: float | None
+    seed: int
+    trace_dir: Path | None
+    cache: bool = True
+
+
+async def _execute(console: Console, pool: Pool, roles: RoleLibrary, spec: Spec, task: str, opts: RunOptions,
+                   orchestrator_info: dict[str, Any] | None = None) -> RunResult:
     progress = AgentProgress(spec)
-    params = GenParams(**{**_params_dict(pool.defaults), "max_tokens": max_tokens})
-    executor = Executor(pool, roles, budget=Budget(max_tokens=budget_tokens, call_timeout_s=timeout),
+    params = GenParams(**{**_params_dict(pool.defaults), "max_tokens": opts.max_tokens})
+    executor = Executor(pool, roles, budget=Budget(max_tokens=opts.budget_tokens, call_timeout_s=opts.timeout),
                         params=params, on_event=progress.on_event)
     with console.status("loading and verifying models..."):
         await pool.prepare(tuple({a.capacity for a in spec.agents}))
     with Live(progress, console=console, refresh_per_second=4, transient=False):
-        result = await executor.run(spec, task, seed=seed, orchestrator=orchestrator_info)
-    folder = trace_dir or runs_dir()
+        result = await executor.run(spec, task, seed=opts.seed, orchestrator=orchestrator_info)
+    folder = opts.trace_dir or runs_dir()
     path = folder / f"trace-{result.trace.trace_id}.json"
     result.trace.save(path)
     _show_result(console, result, path)
@@ -113,22 +115,10 @@ def _params_dict(p: GenParams) -> dict[str, Any]:
     return {f: getattr(p, f) for f in p.__dataclass_fields__}
 
 
-async def run_task(
-    console: Console,
-    task: str,
-    *,
-    pool_name: str,
-    orchestrator_path: str | None,
-    level: str | None,
-    max_tokens: int,
-    budget_tokens: int | None,
-    timeout: float | None,
-    seed: int,
-    trace_dir: Path | None,
-    cache: bool,
-) -> None:
+async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrator_path: str | None,
+                   level: str | None) -> None:
     roles = RoleLibrary.load()
-    pool = load_pool(pool_name, cache=cache)
+    pool = load_pool(opts.pool, cache=opts.cache)
     try:
         if orchestrator_path:
             from lemon.orchestrator.trained import TrainedOrchestrator
@@ -144,14 +134,12 @@ async def run_task(
             with console.status("loading and verifying the orchestrator model..."):
                 await pool.prepare((orch.level,))
         with console.status("orchestrator is writing the spec..."):
-            proposal = await orch.propose(task, seed=seed)
+            proposal = await orch.propose(task, seed=opts.seed)
         _show_spec(console, proposal.spec, f"spec ({proposal.source}, {proposal.tokens} orchestrator tokens)")
         for w in proposal.warnings:
             console.print(f"[yellow]warning:[/] {w}", markup=True, highlight=False)
         info = {"source": proposal.source, "tokens": proposal.tokens, "warnings": list(proposal.warnings)}
-        await _execute(console, pool, roles, proposal.spec, task, max_tokens=max_tokens,
-                       budget_tokens=budget_tokens, timeout=timeout, seed=seed, trace_dir=trace_dir,
-                       orchestrator_info=info)
+        await _execute(console, pool, roles, proposal.spec, task, opts, orchestrator_info=info)
     finally:
         await pool.aclose()
 
@@ -165,26 +153,13 @@ def _read_spec_file(path: Path) -> str:
         raise SpecError(f"spec file {path} is not UTF-8 text ({exc.reason})") from None
 
 
-async def exec_spec(
-    console: Console,
-    spec_path: Path,
-    task: str,
-    *,
-    pool_name: str,
-    max_tokens: int,
-    budget_tokens: int | None,
-    timeout: float | None,
-    seed: int,
-    trace_dir: Path | None,
-    cache: bool,
-) -> None:
+async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptions) -> None:
     roles = RoleLibrary.load()
-    spec = load_spec(_read_spec_file(spec_path), roles, pool_level_names(pool_name))
-    pool = load_pool(pool_name, cache=cache)
+    spec = load_spec(_read_spec_file(spec_path), roles, pool_level_names(opts.pool))
+    pool = load_pool(opts.pool, cache=opts.cache)
     try:
         _show_spec(console, spec, f"spec {spec_path}")
-        await _execute(console, pool, roles, spec, task, max_tokens=max_tokens, budget_tokens=budget_tokens,
-                       timeout=timeout, seed=seed, trace_dir=trace_dir)
+        await _execute(console, pool, roles, spec, task, opts)
     finally:
         await pool.aclose()
 
