@@ -105,3 +105,17 @@ def test_split_parts_are_assembled_only_when_the_hash_matches(tmp_path: Path,
     assert not target.exists() and not list(target.parent.glob("*.part"))
     models._assemble(models.ModelFile("m", "m.gguf", good, 7000, ("x",)), parts, target)
     assert target.read_bytes() == b"abc" * 1000 + b"defg" * 1000
+
+
+def test_gpu_layers_come_from_the_environment_and_bad_values_name_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lemon.llm.embedded import EmbeddedBackend, gpu_layers_from_env
+
+    monkeypatch.delenv("LEMON_GPU_LAYERS", raising=False)
+    assert gpu_layers_from_env() == 0
+    monkeypatch.setenv("LEMON_GPU_LAYERS", "-1")
+    backend = EmbeddedBackend("smollm2-135m")
+    assert (backend.n_gpu_layers, backend.n_threads) == (-1, 1)  # offloaded: one feeding thread
+    assert EmbeddedBackend("smollm2-135m", n_gpu_layers=0).n_threads >= 1
+    monkeypatch.setenv("LEMON_GPU_LAYERS", "all")
+    with pytest.raises(ModelFileError, match=r"LEMON_GPU_LAYERS='all'.*-1"):
+        gpu_layers_from_env()

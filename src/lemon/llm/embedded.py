@@ -24,15 +24,27 @@ log = logging.getLogger(__name__)
 DEFAULT_N_CTX = 8192
 
 
+def gpu_layers_from_env() -> int:
+    """Layers to offload to a GPU (`LEMON_GPU_LAYERS`, -1 for all). Only a llama-cpp-python built with CUDA or
+    Metal can use it; the default 0 keeps every model on the CPU, which is what the pools are measured on."""
+    raw = os.environ.get("LEMON_GPU_LAYERS", "0").strip() or "0"
+    try:
+        return int(raw)
+    except ValueError:
+        raise ModelFileError(f"LEMON_GPU_LAYERS={raw!r} is not an integer; use 0 (CPU), N or -1 (all)") from None
+
+
 class EmbeddedBackend:
     """A GGUF model in this process. `model` is a pinned id (see `models.py`) or a path to a .gguf file."""
 
     def __init__(self, model: str, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
-                 sha256: str | None = None) -> None:
+                 sha256: str | None = None, n_gpu_layers: int | None = None) -> None:
         self._model = model
         self._sha256 = sha256
         self.n_ctx = n_ctx
-        self.n_threads = n_threads or max(1, os.cpu_count() or 1)
+        self.n_gpu_layers = gpu_layers_from_env() if n_gpu_layers is None else n_gpu_layers
+        # Fully offloaded, the CPU threads only feed the GPU: one keeps many model processes from thrashing.
+        self.n_threads = n_threads or (1 if self.n_gpu_layers else max(1, os.cpu_count() or 1))
         self._llama: Any = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llama-{Path(model).stem}")
 
@@ -58,7 +70,7 @@ class EmbeddedBackend:
             start = time.perf_counter()
             try:
                 self._llama = Llama(model_path=str(path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                                    verbose=False, seed=0)
+                                    n_gpu_layers=self.n_gpu_layers, verbose=False, seed=0)
             except (ValueError, RuntimeError) as exc:
                 raise ModelFileError(f"cannot load {path} as a GGUF model ({exc}); pin its sha256 in the pool "
                                      "file or reinstall the model packages") from None
