@@ -101,6 +101,8 @@ def test_sigkill_mid_run_then_same_command_resumes_each_item_once(tmp_path: Path
     (("eval", "gsm9k", "--method", "vanilla"), "valid: "),
     (("eval", "gsm8k", "--method", "magic"), "valid: vanilla, cot, sc-cot"),
     (("eval", "gsm8k", "--method", "vanilla", "--split", "nope", "--limit", "1"), "nope"),
+    (("eval", "gsm8k", "--method", "vanilla", "--shard", "2/2"), "0 <= I < N"),
+    (("eval", "gsm8k", "--method", "vanilla", "--shard", "half"), "expected I/N"),
 ])
 def test_bad_names_exit_2_with_one_line(args: tuple[str, ...], needle: str, tmp_path: Path, data_dir: Path,
                                         _isolated_home: Path) -> None:

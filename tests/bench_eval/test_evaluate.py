@@ -66,6 +66,20 @@ async def test_crash_then_resume_counts_every_item_once(tmp_path: Path, data_dir
     assert len(keys) == len(set(keys)) == 10
 
 
+async def test_shards_fill_one_run_exactly_once(tmp_path: Path, data_dir: Path) -> None:
+    backend = CountingBackend("b", responder=lambda r: "The answer is 3.")
+    kw = dict(limit=5, seeds=2, store=tmp_path / "r.sqlite", data_dir=data_dir, pool="p", level="small",
+              progress=False, pool_factory=lambda: scripted_pool(backend))
+    first = await evaluate("multiarith", "cot", shard=(0, 3), **kw)  # type: ignore[arg-type]
+    second = await evaluate("multiarith", "cot", shard=(1, 3), **kw)  # type: ignore[arg-type]
+    assert first.run_id == second.run_id and (first.computed, second.computed) == (4, 3)
+    rest = await evaluate("multiarith", "cot", **kw)  # type: ignore[arg-type]
+    assert (rest.computed, rest.skipped) == (3, 7)
+    with ResultsStore(tmp_path / "r.sqlite") as db:
+        keys = [(r.item_id, r.seed) for r in db.items(first.run_id)]
+    assert len(keys) == len(set(keys)) == 10 and len(backend.calls) == 10
+
+
 async def test_more_seeds_extend_the_same_run(tmp_path: Path, data_dir: Path) -> None:
     backend = CountingBackend("b", responder=lambda r: "The answer is 3.")
     kw = dict(limit=3, store=tmp_path / "r.sqlite", data_dir=data_dir, pool="p", level="small",
@@ -84,6 +98,11 @@ async def test_seeds_are_sampled_replicates_and_temperature_zero_is_greedy(tmp_p
     params = [c.params for c in sampled.calls]
     assert all(p.temperature == 0.7 for p in params)
     assert len({p.seed for p in params}) == 2 and None not in {p.seed for p in params}
+    # different items of one seed must not share a sampling stream (that couples the items' outcomes)
+    many = CountingBackend("b", responder=lambda r: "The answer is 3.")
+    await evaluate("multiarith", "vanilla", limit=5, seeds=1, store=tmp_path / "c.sqlite", data_dir=data_dir,
+                   pool="p", level="small", progress=False, pool_factory=lambda: scripted_pool(many))
+    assert len({c.params.seed for c in many.calls}) == 5
     greedy = CountingBackend("b", responder=lambda r: "The answer is 3.")
     await evaluate("multiarith", "vanilla", limit=1, seeds=1, temperature=0.0, store=tmp_path / "b.sqlite",
                    data_dir=data_dir, pool="p", level="small", progress=False,

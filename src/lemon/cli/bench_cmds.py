@@ -13,10 +13,22 @@ import typer
 from rich.console import Console
 from rich.markdown import Markdown
 
+from lemon.errors import LemonError
+
 _METHOD_HELP = "vanilla, cot, sc-cot, chain, tree, complete, random, prompted, or trained:PATH."
 _STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
 _COMPARE_HELP = ("Paired exact McNemar test of two methods (or run ids), e.g. --compare cot sc-cot; "
                  "`--compare vanilla best` pairs vanilla with the most accurate other method.")
+
+
+def _parse_shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise LemonError(f"--shard {text!r}: expected I/N, e.g. 0/4") from None
+    return i, n
 
 
 def _consoles() -> tuple[Console, Console]:
@@ -46,6 +58,8 @@ def eval_cmd(
     retry_errors: Annotated[bool, typer.Option("--retry-errors",
                                                help="Recompute items stored with status error.")] = False,
     ray: Annotated[str | None, typer.Option("--ray", help="Run on Ray: local, auto, or an address.")] = None,
+    shard: Annotated[str | None, typer.Option(help="I/N: only every N-th pending item from I (parallel "
+                                                   "processes filling one store).")] = None,
 ) -> None:
     """Evaluate METHOD on BENCHMARK; results are stored per item as they finish, and re-running resumes."""
     from lemon.bench.evaluate import evaluate, summary_lines
@@ -57,7 +71,7 @@ def eval_cmd(
             concurrency=concurrency, store=store, data_dir=data_dir, temperature=temperature,
             max_tokens=max_tokens, n_agents=agents, budget_tokens=budget_tokens, call_timeout_s=timeout,
             cache=not no_cache, retry_errors=retry_errors, progress=True, console=err_console,
-            ray_address=ray,
+            ray_address=ray, shard=_parse_shard(shard),
         )
     )
     for line in summary_lines(summary):
