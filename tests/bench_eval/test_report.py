@@ -94,6 +94,21 @@ def test_compare_unknown_method_is_a_one_line_error(tmp_path: Path) -> None:
             build_report(store, compare=("cot", "tree"))
 
 
+def test_report_fills_only_the_marked_block_of_a_hand_written_document(tmp_path: Path) -> None:
+    doc = tmp_path / "results.md"
+    doc.write_text("# Results\n\nHow it was run.\n\n<!-- lemon report: begin -->\nold table\n"
+                   "<!-- lemon report: end -->\n\n## Other measurements\nkept\n")
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        _fill(store, "run_cot", "cot", {("0", 0): True, ("1", 0): False}, 1, 10)
+        build_report(store, out=doc)
+        build_report(store, out=doc)  # idempotent: the marks survive a second write
+    text = doc.read_text()
+    assert text.startswith("# Results\n\nHow it was run.\n\n<!-- lemon report: begin -->\n## LEMON evaluation")
+    assert "old table" not in text and text.count("<!-- lemon report: begin -->") == 1
+    assert "\n### gsm8k\n" in text and "| cot |" in text  # headings demoted under the document's own
+    assert text.endswith("<!-- lemon report: end -->\n\n## Other measurements\nkept\n")
+
+
 def test_empty_store_report(tmp_path: Path) -> None:
     with ResultsStore(tmp_path / "r.sqlite") as store:
         report = build_report(store, plot=tmp_path / "p.png")

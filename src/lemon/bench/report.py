@@ -279,6 +279,25 @@ def plot_accuracy_vs_tokens(stats: Sequence[RunStats], path: Path, *, store_path
     return path
 
 
+BEGIN_MARK = "<!-- lemon report: begin -->"
+END_MARK = "<!-- lemon report: end -->"
+
+
+def write_report(out: Path, markdown: str) -> None:
+    """Write the report to `out`; if `out` already holds the begin/end marks, replace only what lies between
+    them (headings demoted one level), so a hand-written results document can embed a generated table."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = out.read_text(encoding="utf-8") if out.is_file() else ""
+    if BEGIN_MARK in text and END_MARK in text.split(BEGIN_MARK, 1)[1]:
+        head, rest = text.split(BEGIN_MARK, 1)
+        tail = rest.split(END_MARK, 1)[1]
+        body = "\n".join("#" + line if line.startswith("#") else line for line in markdown.splitlines())
+        markdown = f"{head}{BEGIN_MARK}\n{body}\n{END_MARK}{tail}"
+    tmp = out.with_suffix(out.suffix + ".tmp")
+    tmp.write_text(markdown, encoding="utf-8")
+    tmp.replace(out)
+
+
 def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | None = None,
                  compare: tuple[str, str] | None = None, now: datetime | None = None) -> Report:
     """Read every run in the store, render the markdown (and write it to `out`), and draw `plot`."""
@@ -300,8 +319,7 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
                              "and level; run both methods with the same --split/--pool/--level first")
     markdown = render_markdown(stats, comparisons, store_path=store.path, generated_at=generated_at)
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(markdown, encoding="utf-8")
+        write_report(out, markdown)
     plot_path = plot_accuracy_vs_tokens(stats, plot, store_path=store.path, generated_at=generated_at) \
         if plot is not None else None
     return Report(markdown=markdown, stats=stats, comparisons=comparisons, generated_at=generated_at,
