@@ -18,6 +18,7 @@ from lemon.llm.base import Backend, GenParams
 from lemon.llm.cache import CachedBackend, SQLiteCache
 from lemon.llm.pool import Level, Pool
 from lemon.paths import llm_cache_path
+from lemon.yamlfile import load_yaml
 
 BUILTIN = ("cpu", "tiny")
 _NAME = r"^[a-z][a-z0-9_]{0,23}$"
@@ -67,7 +68,7 @@ def read_pool_config(name_or_path: str) -> PoolConfig:
     """Parse and check a pool definition without loading any model."""
     where, text = _read(name_or_path)
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
         cfg = PoolConfig.model_validate(data)
         GenParams(**{k: tuple(v) if k == "stop" else v for k, v in cfg.defaults.items()})
     except yaml.YAMLError as exc:

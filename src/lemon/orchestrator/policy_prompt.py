@@ -13,14 +13,13 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
-import yaml
-
 from lemon.errors import SpecError
 from lemon.orchestrator.repair import extract_object_text
 from lemon.spec.model import Spec
 from lemon.spec.parse import parse_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
+from lemon.yamlfile import load_yaml
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class PolicyTemplates:
 def policy_templates() -> PolicyTemplates:
     """The packaged template (`prompts/policy.yaml`); immutable, so caching it is safe."""
     text = (resources.files("lemon.orchestrator") / "prompts" / "policy.yaml").read_text("utf-8")
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     return PolicyTemplates(data["system"].strip(), data["user"], data["example"].rstrip("\n"))
 
 

@@ -12,14 +12,13 @@ import logging
 from dataclasses import dataclass
 from importlib import resources
 
-import yaml
-
 from lemon.llm.base import ChatRequest, GenParams, Message
 from lemon.llm.pool import Pool
 from lemon.orchestrator.base import Proposal
 from lemon.orchestrator.repair import spec_from_output
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.schema import spec_json_schema
+from lemon.yamlfile import load_yaml
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +32,7 @@ class PromptTemplates:
     @classmethod
     def load(cls) -> PromptTemplates:
         text = (resources.files("lemon.orchestrator") / "prompts" / "prompted.yaml").read_text("utf-8")
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
         return cls(system=data["system"].strip(), user=data["user"], example=data["example"].strip())
 
 

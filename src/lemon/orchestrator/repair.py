@@ -14,13 +14,12 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from lemon.errors import SpecError
 from lemon.spec.model import MAX_AGENTS, MAX_DUTY_LEN, NAME_PATTERN, Spec
 from lemon.spec.parse import load_data, parse_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
+from lemon.yamlfile import load_yaml
 
 _NAME_RE = re.compile(NAME_PATTERN)
 _BAD_DUTY_CHARS = re.compile(r'["\\\x00-\x1f\x7f]')
@@ -122,7 +121,7 @@ def repair_spec_data(
 def fallback_spec(levels: Sequence[str]) -> Spec:
     """The documented default spec (orchestrator/prompts/fallback.yaml) mapped onto this pool's levels."""
     text = (resources.files("lemon.orchestrator") / "prompts" / "fallback.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = load_yaml(text)
     position = {"bottom": levels[0], "middle": levels[len(levels) // 2], "top": levels[-1]}
     for agent in data["agents"]:
         agent["capacity"] = position[agent["capacity"]]

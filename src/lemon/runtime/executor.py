@@ -20,8 +20,6 @@ from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
-
 from lemon.errors import LemonError
 from lemon.llm.base import ChatRequest, GenParams, Message, request_key
 from lemon.llm.pool import Pool
@@ -30,6 +28,7 @@ from lemon.runtime.node_cache import NodeCache, NodeOutput
 from lemon.runtime.trace import Trace
 from lemon.spec.model import Agent, Spec
 from lemon.spec.roles import RoleLibrary
+from lemon.yamlfile import load_yaml
 
 Status = Literal["ok", "budget_exceeded", "timeout", "error"]
 EventHook = Callable[[dict[str, Any]], None]
@@ -45,7 +44,7 @@ class AgentPrompts:
 
     @classmethod
     def load(cls) -> AgentPrompts:
-        data = yaml.safe_load((resources.files("lemon.runtime") / "prompts.yaml").read_text("utf-8"))
+        data = load_yaml((resources.files("lemon.runtime") / "prompts.yaml").read_text("utf-8"))
         return cls(**{k: data[k] for k in cls.__slots__})  # type: ignore[attr-defined]
 
 

@@ -11,9 +11,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-import yaml
-
 from lemon.errors import ConfigError
+from lemon.yamlfile import load_yaml
 
 RoleKind = Literal["llm", "vote"]
 
@@ -42,7 +41,7 @@ class RoleLibrary:
             files = [(p.name, p.read_text(encoding="utf-8")) for p in sorted(Path(folder).glob("*.yaml"))]
         roles: dict[str, Role] = {}
         for fname, text in sorted(files):
-            data = yaml.safe_load(text)
+            data = load_yaml(text)
             if not isinstance(data, dict) or not {"name", "system_prompt"} <= data.keys():
                 raise ConfigError(f"role file {fname}: expected a mapping with 'name' and 'system_prompt'")
             kind = data.get("kind", "llm")

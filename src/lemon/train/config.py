@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from lemon.errors import ConfigError
 from lemon.spec.model import MAX_AGENTS
+from lemon.yamlfile import load_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -148,7 +149,7 @@ def load_train_config(path: str | Path | None = None) -> TrainConfig:
     except OSError as exc:
         raise ConfigError(f"cannot read training config {where}: {exc.strerror or exc}") from exc
     try:
-        data: Any = yaml.safe_load(text)
+        data: Any = load_yaml(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"training config {where} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if data is None:
