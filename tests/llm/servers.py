@@ -54,3 +54,41 @@ def llama_server(model: Path, *, startup_s: float = 120.0) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@contextmanager
+def scripted_http_server(replies: list[tuple[int, bytes, float]]) -> Iterator[tuple[str, list[dict]]]:
+    """A TEST DOUBLE of an OpenAI-compatible endpoint on 127.0.0.1: the i-th POST gets `replies[i]`
+    (status, body, delay in seconds; the last reply repeats). Yields the base URL and the JSON bodies
+    received, so a test can check what was sent and how often."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    received: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0)))))
+            status, body, delay = replies[min(len(received), len(replies)) - 1]
+            time.sleep(delay)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", received
+    finally:
+        server.shutdown()
+        server.server_close()

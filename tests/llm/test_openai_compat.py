@@ -12,7 +12,7 @@ from lemon.llm.base import ChatRequest, GenParams, Message
 from lemon.llm.openai_compat import OpenAIBackend
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.schema import spec_json_schema
-from tests.llm.servers import free_port, llama_server
+from tests.llm.servers import free_port, llama_server, scripted_http_server
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
 
@@ -33,6 +33,46 @@ async def test_refused_connection_fails_fast_with_a_clear_error() -> None:
         await backend.complete(ChatRequest((Message("user", "hi"),)))
     assert time.perf_counter() - start < 10
     await backend.aclose()
+
+
+OK = json.dumps({"choices": [{"message": {"role": "assistant", "content": "4"}}],
+                 "usage": {"prompt_tokens": 7, "completion_tokens": 1}}).encode()
+HI = ChatRequest((Message("user", "2+2?"),), GenParams(seed=3))
+
+
+async def test_transient_errors_are_retried_and_the_request_body_is_the_chat_completion() -> None:
+    with scripted_http_server([(503, b'{"error": {"message": "loading"}}', 0), (429, b"{}", 0), (200, OK, 0)]) \
+            as (base, received):
+        backend = OpenAIBackend(base, "m", max_retries=3, backoff_s=0.01)
+        out = await backend.complete(HI)
+        await backend.aclose()
+    assert (out.text, out.prompt_tokens, out.completion_tokens) == ("4", 7, 1)
+    assert len(received) == 3
+    assert received[-1]["model"] == "m" and received[-1]["seed"] == 3
+    assert received[-1]["messages"] == [{"role": "user", "content": "2+2?"}]
+
+
+async def test_a_bad_request_fails_at_once_with_the_servers_message() -> None:
+    with scripted_http_server([(400, b'{"error": {"message": "max_tokens is too large"}}', 0)]) as (base, received):
+        backend = OpenAIBackend(base, "m", max_retries=3, backoff_s=0.01)
+        with pytest.raises(BackendError, match=r"HTTP 400\): max_tokens is too large"):
+            await backend.complete(HI)
+        await backend.aclose()
+    assert len(received) == 1  # not retried
+
+
+async def test_timeouts_and_non_json_answers_are_clear_errors() -> None:
+    with scripted_http_server([(200, OK, 1.0)]) as (base, received):
+        backend = OpenAIBackend(base, "m", timeout_s=0.2, max_retries=1, backoff_s=0.01)
+        with pytest.raises(BackendError, match=r"timed out after 2 attempt"):
+            await backend.complete(HI)
+        await backend.aclose()
+    assert len(received) == 2  # a timeout is transient: retried once
+    with scripted_http_server([(200, b"<html>proxy login</html>", 0)]) as (base, _):
+        backend = OpenAIBackend(base, "m")
+        with pytest.raises(BackendError, match="not a chat completion: <html>proxy login"):
+            await backend.complete(HI)
+        await backend.aclose()
 
 
 def test_missing_api_key_variable_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:

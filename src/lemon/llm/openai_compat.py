@@ -4,17 +4,23 @@ Bounded concurrency per backend, a per-call timeout, and retries with exponentia
 errors only (connection failures, timeouts, 429, 5xx); a bad request or a wrong key fails at once. A request
 with a JSON schema is translated into the form the target accepts: llama.cpp's server takes
 `response_format={"type": "json_object", "schema": S}` and rejects OpenAI's `json_schema` form (models.md).
+
+The transport is aiohttp, not the openai SDK: we use one endpoint of the API and return its JSON as is,
+and the SDK's request machinery cost 2.6 ms of CPU per call against 0.65 ms for aiohttp (measured on the
+2-core build machine against a local server). At concurrency 8 that CPU, not the endpoint, capped an
+evaluation's throughput (benchmarks/bench_eval.py, P7).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import time
 from typing import Any, Literal
 
-import openai
+import aiohttp
 
 from lemon.errors import BackendError, ConfigError
 from lemon.llm.base import ChatRequest, Completion
@@ -22,8 +28,14 @@ from lemon.llm.base import ChatRequest, Completion
 log = logging.getLogger(__name__)
 
 SchemaStyle = Literal["llama_cpp", "openai"]
-_TRANSIENT = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
-              openai.InternalServerError)
+
+
+class _Transient(Exception):
+    """A failure worth retrying: no connection, a timeout, HTTP 429 or 5xx."""
+
+    def __init__(self, what: str, hint: str) -> None:
+        super().__init__(what)
+        self.what, self.hint = what, hint
 
 
 class OpenAIBackend:
@@ -43,18 +55,20 @@ class OpenAIBackend:
         self.backoff_s = backoff_s
         self.schema_style = schema_style
         self.extensions = extensions  # llama.cpp / vLLM sampling extensions (repeat_penalty, grammar)
-        # A plain-http endpoint (a local server) needs no TLS context; building one costs ~0.5 s per pool.
-        http_client = openai.DefaultAsyncHttpxClient(verify=False) if base_url.startswith("http://") else None
-        self._client = openai.AsyncOpenAI(base_url=base_url, api_key=key, timeout=timeout_s, max_retries=0,
-                                          http_client=http_client)
+        self._url = base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._concurrency = concurrency
         self._sem = asyncio.Semaphore(concurrency)
+        # One session per event loop (aiohttp sessions are bound to the loop that created them).
+        self._sessions: dict[asyncio.AbstractEventLoop, aiohttp.ClientSession] = {}
 
     @property
     def model_id(self) -> str:
         return f"openai:{self.base_url}#{self.model}"
 
     def request_kwargs(self, request: ChatRequest) -> dict[str, Any]:
-        """The `chat.completions.create` arguments for `request` (public for tests)."""
+        """The chat-completion arguments for `request`; `extra_body` holds the non-OpenAI extensions."""
         p = request.params
         kwargs: dict[str, Any] = {
             "model": self.model,
@@ -84,57 +98,80 @@ class OpenAIBackend:
         return kwargs
 
     async def complete(self, request: ChatRequest) -> Completion:
-        kwargs = self.request_kwargs(request)
+        body = self.request_kwargs(request)
+        body.update(body.pop("extra_body", {}))
+        payload = json.dumps(body).encode()
         async with self._sem:
             for attempt in range(self.max_retries + 1):
                 start = time.perf_counter()
                 try:
-                    out = await self._post(kwargs)
+                    out = await self._post(payload)
                     break
-                except _TRANSIENT as exc:
+                except _Transient as exc:
                     if attempt == self.max_retries:
-                        raise BackendError(self._describe(exc, attempt + 1)) from None
+                        raise BackendError(f"endpoint {self.base_url} {exc.what} after {attempt + 1} attempt(s) "
+                                           f"({exc.hint})") from None
                     delay = self.backoff_s * 2**attempt
-                    log.warning("%s: %s; retry %d in %.1fs", self.base_url, type(exc).__name__, attempt + 1, delay)
+                    log.warning("%s: %s; retry %d in %.1fs", self.base_url, exc.what, attempt + 1, delay)
                     await asyncio.sleep(delay)
-                except openai.APIStatusError as exc:
-                    raise BackendError(f"{self.base_url} refused the request (HTTP {exc.status_code}): "
-                                       f"{_short(exc.message)}") from None
         choices = out.get("choices") or [{}]
         usage = out.get("usage") or {}
         text = (choices[0].get("message") or {}).get("content") or ""
         return Completion(text, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
                           time.perf_counter() - start, self.model_id)
 
-    async def _post(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """POST /chat/completions through the SDK's documented raw-request path.
+    def _session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        session = self._sessions.get(loop)
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(limit=self._concurrency)
+            session = self._sessions[loop] = aiohttp.ClientSession(connector=connector, timeout=self._timeout,
+                                                                   headers=self._headers)
+        return session
 
-        The SDK's typed `create` re-validates every request and response (~15 ms of CPU per call, measured),
-        which caps throughput at high concurrency; the raw path keeps its auth, base URL, timeouts and error
-        types and returns the JSON as is.
-        """
-        body = dict(kwargs)
-        body.update(body.pop("extra_body", {}))
-        data = await self._client.post("/chat/completions", body=body, cast_to=object)
+    async def _post(self, payload: bytes) -> dict[str, Any]:
+        """POST /chat/completions once; `_Transient` for what a retry may fix, `BackendError` for the rest."""
+        try:
+            async with self._session().post(self._url, data=payload) as response:
+                raw = await response.read()
+                status = response.status
+        except TimeoutError:
+            raise _Transient("timed out", "raise timeout_s in the pool file or check the server's load") from None
+        except aiohttp.ClientConnectionError as exc:
+            raise _Transient("cannot be reached",
+                             f"connection refused or no route; is the server running? {type(exc).__name__}") from None
+        if status == 429 or status >= 500:
+            raise _Transient("kept failing", f"HTTP {status}: {_error_message(raw)}")
+        if status >= 400:
+            raise BackendError(f"{self.base_url} refused the request (HTTP {status}): {_error_message(raw)}")
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
         if not isinstance(data, dict):
             raise BackendError(f"{self.base_url} answered with something that is not a chat completion: "
-                               f"{_short(str(data))}")
+                               f"{_short(raw.decode(errors='replace'))}")
         return data
-
-    def _describe(self, exc: Exception, attempts: int) -> str:
-        if isinstance(exc, openai.APITimeoutError):
-            what, hint = "timed out", "raise timeout_s in the pool file or check the server's load"
-        elif isinstance(exc, openai.APIConnectionError):
-            what, hint = "cannot be reached", "connection refused or no route; is the server running?"
-        else:
-            what, hint = "kept failing", type(exc).__name__
-        return f"endpoint {self.base_url} {what} after {attempts} attempt(s) ({hint})"
 
     async def prepare(self) -> None:
         return None  # connectivity is checked by the first call, with retries
 
     async def aclose(self) -> None:
-        await self._client.close()
+        sessions, self._sessions = self._sessions, {}
+        current = asyncio.get_running_loop()
+        for loop, session in sessions.items():
+            if loop is current and not session.closed:  # a session of a finished loop cannot be awaited
+                await session.close()
+
+
+def _error_message(raw: bytes) -> str:
+    """The `error.message` of an OpenAI-style error body, else the body itself, shortened."""
+    try:
+        data = json.loads(raw)
+        message = data["error"]["message"] if isinstance(data.get("error"), dict) else data.get("error", data)
+    except (ValueError, AttributeError, KeyError, TypeError):
+        message = raw.decode(errors="replace")
+    return _short(str(message))
 
 
 def _short(text: str, n: int = 200) -> str:
