@@ -4,7 +4,7 @@ The server is a deliberately dumb stand-in for a remote model (named as what it 
 ThreadingHTTPServer on 127.0.0.1 answering POST /v1/chat/completions after a fixed 50 ms sleep, with usage
 fields. A pool YAML points every level at it (openai backend, concurrency 8), and `evaluate` runs the same
 32 MultiArith items with the `vanilla` method serially and with `--concurrency 8`. Everything real except
-the model: HTTP client, pool, executor, extraction, checker, SQLite store and trace files.
+the model: HTTP client, pool, executor, extraction, checker, SQLite store with the traces.
 
 Prints exactly one line, `P7 <ratio>  throughput concurrency 8 / serial, target >= 6.4`; details are logged.
 Run: `python benchmarks/bench_eval.py [--items 32] [--latency 0.05] [--data-dir DIR]`.
@@ -75,8 +75,14 @@ def make_handler(latency_s: float) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: eight clients connecting at once overflow it, a SYN is
+    # dropped and that connection stalls for the 1 s SYN retransmit (real servers use 2048).
+    request_queue_size = 128
+
+
 def _serve(latency_s: float, port: Any) -> None:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(latency_s))
+    httpd = _Server(("127.0.0.1", 0), make_handler(latency_s))
     httpd.daemon_threads = True
     port.value = httpd.server_address[1]
     httpd.serve_forever()

@@ -87,6 +87,20 @@ def test_sigkill_mid_run_then_same_command_resumes_each_item_once(tmp_path: Path
     assert len(after) == len(set(after)) == LIMIT and set(after) == expected
     assert set(before) <= set(after)
     assert f"resumed {len(before)}" in done.stdout
+    # every stored row has its trace beside it, including the rows written before the kill
+    db = sqlite3.connect(store)
+    (run_id,) = db.execute("SELECT run_id FROM runs").fetchone()
+    assert db.execute("SELECT COUNT(*) FROM traces").fetchone()[0] == LIMIT
+    db.close()
+    first = sorted(after)[0][0]
+    shown = subprocess.run(_cli("trace", run_id, first, "--store", str(store), "--out", str(tmp_path / "t.json")),
+                           env=_env(_isolated_home), capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert '"trace_id"' in (tmp_path / "t.json").read_text()
+    missing = subprocess.run(_cli("trace", run_id, "multiarith/nope", "--store", str(store)),
+                             env=_env(_isolated_home), capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "no trace of multiarith/nope" in missing.stderr
+    assert "Traceback" not in missing.stderr
 
     report = subprocess.run(_cli("report", "--store", str(store), "--out", str(tmp_path / "results.md"),
                                  "--plot", str(tmp_path / "acc.png")),

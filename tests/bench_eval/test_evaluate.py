@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lemon.bench.datasets import load_split
-from lemon.bench.evaluate import default_split, evaluate, trace_path
+from lemon.bench.evaluate import default_split, evaluate
 from lemon.bench.store import ResultsStore
 from lemon.errors import BackendError, LemonError
 from lemon.llm.base import ChatRequest
@@ -35,12 +35,14 @@ async def test_rows_traces_accuracy_and_concurrency_bound(tmp_path: Path, data_d
     with ResultsStore(store) as db:
         run = db.run(summary.run_id)
         rows = db.items(summary.run_id)
+        db_traces = {(r.item_id, r.seed): db.trace(summary.run_id, r.item_id, r.seed) for r in rows}
     assert run is not None and (run.split, run.n_items, run.seeds) == (summary.split, 6, 2)
     assert sorted((r.item_id, r.seed) for r in rows) == sorted(
         (str(i.id), s) for s in range(2) for i in _items(data_dir, 6))
     for r in rows:
         assert r.correct is True and r.status == "ok" and r.total_tokens > 0 and "solver" in r.tokens
-        assert trace_path(summary.trace_dir, r.item_id, r.seed).is_file()
+        trace = db_traces[(r.item_id, r.seed)]
+        assert trace is not None and trace["trace_id"] == r.trace_id and trace["events"]
     # same command again: nothing recomputed
     again = await evaluate("multiarith", "vanilla", limit=6, seeds=2, concurrency=3, store=store,
                            data_dir=data_dir, pool="scripted-oracle", level="small", progress=False,

@@ -20,14 +20,13 @@ and inside each Ray worker (`scale.py`), because pools hold live connections and
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import hashlib
 import inspect
+import json
 import logging
 import math
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +50,6 @@ from lemon.bench.store import ItemRow, ResultsStore, make_run_id
 from lemon.errors import ConfigError, LemonError
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
-from lemon.paths import lemon_home
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +117,6 @@ class EvalSettings:
     budget_tokens: int | None = None
     call_timeout_s: float | None = None
     cache: bool = True
-    trace_dir: str | None = None
     check_concurrency: int = max(1, (os.cpu_count() or 2) // 2)
 
     def identity(self) -> dict[str, Any]:
@@ -195,15 +192,6 @@ def _trained_orchestrator(path: str, roles: Any, pool: Pool) -> Any:
     return TrainedOrchestrator(path, roles, pool.level_names)
 
 
-def _safe_name(item_id: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", item_id)[:120]
-
-
-def trace_path(trace_dir: Path, item_id: str, seed: int) -> Path:
-    """Where the trace of (item, seed) is saved: `<trace_dir>/<item id>-s<seed>.json`."""
-    return trace_dir / f"{_safe_name(item_id)}-s{seed}.json"
-
-
 async def _check(ctx: ItemContext, prediction: str, item: Any) -> bool:
     """The benchmark's checker; code checks run the sandbox off the event loop, a few at a time."""
     check = ctx.task.check
@@ -227,7 +215,8 @@ def spec_for(ctx: ItemContext, item: Any, seed: int) -> Any:
 
 
 async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
-    """Run one (item, seed): build or propose the spec, execute it, extract, check, save the trace."""
+    """Run one (item, seed): build or propose the spec, execute it, extract, check; the row carries the trace
+    (compact JSON) to the store, which keeps it beside the row (`lemon trace` shows it)."""
     s = ctx.settings
     task = ctx.task
     prompt = task.format_prompt(item)
@@ -250,14 +239,16 @@ async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
     correct = await _check(ctx, prediction, item) if prediction is not None else False
     latency = time.perf_counter() - start
     trace_id = getattr(result.trace, "trace_id", None)
-    if s.trace_dir:
-        path = trace_path(Path(s.trace_dir), str(item.id), seed)
-        await asyncio.to_thread(result.trace.save, path)
     tokens = {str(k): v for k, v in dict(result.tokens_by_agent).items()}
     return ItemRow(item_id=str(item.id), seed=seed, prediction=prediction, gold=_gold(item), correct=correct,
                    tokens=tokens, total_tokens=int(result.total_tokens), latency_s=latency, trace_id=trace_id,
                    status=str(result.status), stop_reason=getattr(result, "stop_reason", None),
-                   orchestrator_tokens=orch_tokens)
+                   orchestrator_tokens=orch_tokens, trace_json=_compact_json(result.trace.to_json()))
+
+
+def _compact_json(data: Any) -> str:
+    # Compact on purpose: `indent` switches json to its pure-Python encoder, ~10x slower.
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def _gold(item: Any) -> str | None:
@@ -287,7 +278,6 @@ class EvalSummary:
     computed: int          # (item, seed) pairs computed by this call
     skipped: int           # already in the store (resumed)
     stats: RunStats
-    trace_dir: Path
 
 
 class _Tracker:
@@ -389,8 +379,6 @@ async def evaluate(
                                 budget_tokens=budget_tokens, call_timeout_s=call_timeout_s, cache=cache)
         run_id = make_run_id(benchmark=benchmark, split=split, method=method, pool=pool_identity(pool),
                              level=level, limit=limit, config=settings.identity())
-        traces = lemon_home() / "traces" / run_id
-        settings = dataclasses.replace(settings, trace_dir=str(traces))
         ids_hash = hashlib.sha256("\n".join(str(i.id) for i in items).encode()).hexdigest()
         config = {**settings.identity(), "kind": task.kind, "limit": limit,
                   "pool_identity": pool_identity(pool), "item_ids_sha256": ids_hash,
@@ -437,7 +425,7 @@ async def evaluate(
         assert info is not None
         return EvalSummary(run_id=run_id, store_path=db.path, benchmark=benchmark, split=split, method=method,
                            pool=pool, level=level, n_items=len(items), seeds=seeds, computed=len(tracker.new),
-                           skipped=skipped, stats=run_stats(info, rows), trace_dir=traces)
+                           skipped=skipped, stats=run_stats(info, rows))
     finally:
         if own_store:
             db.close()
@@ -499,12 +487,9 @@ def _progress(console: Console | None, enabled: bool) -> Progress:
 
 
 def _lemon_version() -> str:
-    try:
-        from importlib.metadata import version
+    from lemon import __version__  # not importlib.metadata: that scans sys.path, ~2 ms per evaluation
 
-        return version("lemon-mas")
-    except Exception:  # not installed as a distribution
-        return "unknown"
+    return __version__
 
 
 def summary_lines(summary: EvalSummary) -> list[str]:
@@ -520,5 +505,5 @@ def summary_lines(summary: EvalSummary) -> list[str]:
         f"worker tokens per item {st.tokens_mean:,.1f}; items not ok: {st.errors}",
         f"computed {summary.computed}, resumed {summary.skipped}; run {summary.run_id} "
         f"in {summary.store_path}",
-        f"traces: {summary.trace_dir}",
+        f"traces: in the store; show one with `lemon trace {summary.run_id} ITEM_ID --store {summary.store_path}`",
     ]

@@ -8,6 +8,10 @@ Why this shape:
   the same run with new replicates.
 - WAL journaling and a busy timeout let a report (or a second eval) read while an eval writes.
 - The split name and item count are stored with the run, so a table can never mix up which items it covers.
+- Each item's orchestration trace is stored beside its row, in the same transaction: a result never exists
+  without its trace, a Ray worker on another machine needs no shared disk, and an evaluation does not create
+  one small file per item (file creation cost ~0.3 ms per item here, a visible share of harness CPU).
+  `lemon trace` prints or exports one.
 """
 
 from __future__ import annotations
@@ -58,6 +62,13 @@ CREATE TABLE IF NOT EXISTS items (
     created      REAL NOT NULL,
     PRIMARY KEY (run_id, item_id, seed)
 );
+CREATE TABLE IF NOT EXISTS traces (
+    run_id     TEXT NOT NULL,
+    item_id    TEXT NOT NULL,
+    seed       INTEGER NOT NULL,
+    trace_json TEXT NOT NULL,          -- the runtime's trace (method.md section 6), compact JSON
+    PRIMARY KEY (run_id, item_id, seed)
+);
 """
 
 
@@ -104,6 +115,8 @@ class ItemRow:
     stop_reason: str | None = None
     orchestrator_tokens: int = 0
     created: float = field(default_factory=time.time)
+    # The trace as compact JSON, carried to `put` (not read back by `items`: use `ResultsStore.trace`).
+    trace_json: str | None = field(default=None, repr=False, compare=False)
 
 
 class ResultsStore:
@@ -164,21 +177,37 @@ class ResultsStore:
     # ---- items ------------------------------------------------------------------------------------------
 
     def put(self, run_id: str, row: ItemRow) -> bool:
-        """Commit one result now. Returns False if (run, item, seed) was already stored (kept as it was)."""
-        cur = self._db.execute(
-            "INSERT OR IGNORE INTO items(run_id, item_id, seed, prediction, gold, correct, tokens_json, "
-            "total_tokens, orchestrator_tokens, latency_s, trace_id, status, stop_reason, created) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (run_id, row.item_id, row.seed, row.prediction, row.gold, int(bool(row.correct)),
-             json.dumps(row.tokens, sort_keys=True, default=str), int(row.total_tokens),
-             int(row.orchestrator_tokens), float(row.latency_s), row.trace_id, row.status, row.stop_reason,
-             row.created),
-        )
-        return cur.rowcount == 1
+        """Commit one result (and its trace) now. Returns False if (run, item, seed) was already stored (kept
+        as it was)."""
+        with self._tx():
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO items(run_id, item_id, seed, prediction, gold, correct, tokens_json, "
+                "total_tokens, orchestrator_tokens, latency_s, trace_id, status, stop_reason, created) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_id, row.item_id, row.seed, row.prediction, row.gold, int(bool(row.correct)),
+                 json.dumps(row.tokens, sort_keys=True, default=str), int(row.total_tokens),
+                 int(row.orchestrator_tokens), float(row.latency_s), row.trace_id, row.status, row.stop_reason,
+                 row.created),
+            )
+            added = cur.rowcount == 1
+            if added and row.trace_json is not None:
+                self._db.execute("INSERT OR REPLACE INTO traces(run_id, item_id, seed, trace_json) VALUES (?,?,?,?)",
+                                 (run_id, row.item_id, row.seed, row.trace_json))
+        return added
+
+    def trace(self, run_id: str, item_id: str, seed: int = 0) -> dict[str, Any] | None:
+        """The stored trace of (run, item, seed), or None."""
+        found = self._db.execute("SELECT trace_json FROM traces WHERE run_id = ? AND item_id = ? AND seed = ?",
+                                 (run_id, item_id, seed)).fetchone()
+        return json.loads(found["trace_json"]) if found else None
 
     def delete_errors(self, run_id: str) -> int:
         """Drop rows whose status is `error` so they are computed again (after fixing a backend)."""
-        cur = self._db.execute("DELETE FROM items WHERE run_id = ? AND status = 'error'", (run_id,))
+        with self._tx():
+            cur = self._db.execute("DELETE FROM items WHERE run_id = ? AND status = 'error'", (run_id,))
+            self._db.execute("DELETE FROM traces WHERE run_id = ? AND NOT EXISTS (SELECT 1 FROM items i WHERE "
+                             "i.run_id = traces.run_id AND i.item_id = traces.item_id AND i.seed = traces.seed)",
+                             (run_id,))
         return cur.rowcount
 
     def done_keys(self, run_id: str) -> set[tuple[str, int]]:
