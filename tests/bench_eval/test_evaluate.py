@@ -37,6 +37,7 @@ async def test_rows_traces_accuracy_and_concurrency_bound(tmp_path: Path, data_d
         rows = db.items(summary.run_id)
         db_traces = {(r.item_id, r.seed): db.trace(summary.run_id, r.item_id, r.seed) for r in rows}
     assert run is not None and (run.split, run.n_items, run.seeds) == (summary.split, 6, 2)
+    assert run.config["worker_seeds"] == "per-item"  # the seeding scheme is part of the run's identity
     assert sorted((r.item_id, r.seed) for r in rows) == sorted(
         (str(i.id), s) for s in range(2) for i in _items(data_dir, 6))
     for r in rows:

@@ -85,6 +85,11 @@ def get_task(benchmark: str) -> Any:
         raise LemonError(f"unknown benchmark {benchmark!r}; valid: {', '.join(sorted(BENCHMARKS))}") from None
 
 
+# How worker sampling seeds are derived; part of every run's identity, so a run sampled under an older scheme
+# (one stream per seed, shared by all items: before 2026-11-22) is never resumed into, or mixed with, a new one.
+WORKER_SEEDS = "per-item"
+
+
 def stable_seed(*parts: object) -> int:
     """A platform-independent 31-bit integer from `parts` (Python's hash() is salted per process)."""
     digest = hashlib.sha256("\x00".join(map(str, parts)).encode("utf-8")).digest()
@@ -122,7 +127,8 @@ class EvalSettings:
     def identity(self) -> dict[str, Any]:
         """The fields that change results (they go into the run id; concurrency and paths do not)."""
         return {"temperature": self.temperature, "max_tokens": self.max_tokens, "n_agents": self.n_agents,
-                "budget_tokens": self.budget_tokens, "call_timeout_s": self.call_timeout_s}
+                "budget_tokens": self.budget_tokens, "call_timeout_s": self.call_timeout_s,
+                "worker_seeds": WORKER_SEEDS}
 
 
 @dataclass
