@@ -63,6 +63,11 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
     return ids, mask
 
 
+def model_device(model: Any) -> torch.device:
+    """Where the model's weights live (CPU, or the GPU `load_policy` put them on)."""
+    return next(model.parameters()).device
+
+
 def position_ids(mask: torch.Tensor) -> torch.Tensor:
     """Positions that skip left padding (what `generate` uses), so training scores what was sampled."""
     pos = mask.long().cumsum(-1) - 1
@@ -84,7 +89,7 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, ma
     try:
         for b in range(0, len(prompts), batch_size):
             rows = prompts[b:b + batch_size]
-            ids, mask = left_pad(rows, pad)
+            ids, mask = (t.to(model_device(model)) for t in left_pad(rows, pad))
             kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": pad,
                                       "eos_token_id": sorted(stop)}
             if temperature > 0:
@@ -120,8 +125,10 @@ def batch_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Se
         if c:
             c_ids[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
             c_mask[i, :len(c)] = 1
-    ids = torch.cat([p_ids, c_ids], dim=1)
-    mask = torch.cat([p_mask, c_mask], dim=1)
+    device = model_device(model)
+    c_ids, c_mask = c_ids.to(device), c_mask.to(device)
+    ids = torch.cat([p_ids.to(device), c_ids], dim=1)
+    mask = torch.cat([p_mask.to(device), c_mask], dim=1)
     # Only the last T+1 positions' logits are needed (position P-1+i predicts completion token i): skipping
     # the prompt's rows of the LM head saves most of its cost and memory on a 49k vocabulary.
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),

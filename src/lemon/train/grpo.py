@@ -229,8 +229,9 @@ def policy_update(model: Any, ref_model: Any | None, batch: StepBatch, optimizer
         comps = batch.completions[sl]
         lp, mask, _ = batch_logprobs(model, batch.prompts[sl], comps, pad_id)
         t = lp.shape[1]
-        adv = torch.stack([torch.full((t,), a, dtype=lp.dtype) for a in batch.advantages[sl]])
-        cf = torch.stack([counterfactual_advantages(t, terms).to(lp.dtype) for terms in batch.cf_terms[sl]])
+        adv = torch.stack([torch.full((t,), a, dtype=lp.dtype, device=lp.device) for a in batch.advantages[sl]])
+        cf = torch.stack([counterfactual_advantages(t, terms).to(lp.device, lp.dtype)
+                          for terms in batch.cf_terms[sl]])
         ref_lp = None
         if kl_beta > 0:
             with torch.no_grad():

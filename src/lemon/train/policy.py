@@ -135,9 +135,21 @@ def _install_dir(tmp: Path, target: Path) -> None:
             raise
 
 
+def policy_device() -> str:
+    """`LEMON_TRAIN_DEVICE` if set (e.g. `cpu`, `cuda:1`), else the first CUDA GPU when there is one, else CPU."""
+    import torch
+
+    chosen = os.environ.get("LEMON_TRAIN_DEVICE", "").strip()
+    if chosen:
+        return chosen
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def load_policy(name_or_path: str | None = None, *, lora: LoraSettings | None = None,
-                dtype: torch.dtype | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer (None = the default SmolLM2 policy), optionally with LoRA.
+                dtype: torch.dtype | None = None,
+                device: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and its tokenizer (None = the default SmolLM2 policy), optionally with LoRA, on
+    `device` (default `policy_device()`).
 
     `name_or_path` is a local directory or a model-hub id (which only works where a hub is reachable).
     The tokenizer is guaranteed fast, with a chat template and a pad token.
@@ -163,6 +175,7 @@ def load_policy(name_or_path: str | None = None, *, lora: LoraSettings | None = 
     _ensure_pad_token(tokenizer)
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
+    model = model.to(device or policy_device())
     if lora is not None:
         from peft import LoraConfig, get_peft_model
 
