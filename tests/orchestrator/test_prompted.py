@@ -42,6 +42,24 @@ async def test_prompted_orchestrator_uses_strongest_level_with_schema() -> None:
     assert TASKS[0] in request.messages[-1].content
 
 
+@pytest.mark.parametrize("levels", [LEVELS, ("weak", "strong"), ("only",)])
+def test_every_example_is_a_valid_spec_for_the_pools_levels_and_tasks_see_all_of_them(levels: tuple[str, ...]) -> None:
+    from lemon.orchestrator.prompted import PromptTemplates
+    from lemon.orchestrator.repair import spec_from_output
+
+    roles = RoleLibrary.load()
+    templates = PromptTemplates.load()
+    assert len(templates.examples) >= 3
+    shown = {templates.example_for(f"task number {i}", levels) for i in range(64)}
+    assert len(shown) == len(templates.examples)  # the hash spreads tasks over every example
+    for example in shown:
+        spec, source, warnings = spec_from_output(example, roles, levels)
+        assert source == "model" and not warnings, (example, warnings)
+        assert {a.capacity for a in spec.agents} <= set(levels)
+    # the choice is stable: the same task always sees the same example
+    assert templates.example_for(TASKS[0], levels) == templates.example_for(TASKS[0] + "  ", levels)
+
+
 async def test_garbage_reply_falls_back_visibly() -> None:
     backend = ScriptedBackend("writer", responder=lambda req: "no idea")
     proposal = await PromptedOrchestrator(_pool(backend), RoleLibrary.load()).propose("2+2?")

@@ -7,8 +7,10 @@ mechanical, otherwise fall back to the documented default spec with a visible wa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 
@@ -27,13 +29,21 @@ log = logging.getLogger(__name__)
 class PromptTemplates:
     system: str
     user: str
-    example: str
+    examples: tuple[str, ...]
 
     @classmethod
     def load(cls) -> PromptTemplates:
         text = (resources.files("lemon.orchestrator") / "prompts" / "prompted.yaml").read_text("utf-8")
         data = load_yaml(text)
-        return cls(system=data["system"].strip(), user=data["user"], example=data["example"].strip())
+        return cls(system=data["system"].strip(), user=data["user"],
+                   examples=tuple(e.strip() for e in data["examples"]))
+
+    def example_for(self, task: str, levels: Sequence[str]) -> str:
+        """The example shown for `task` (a stable choice by hash), with the pool's level names filled in."""
+        index = int.from_bytes(hashlib.sha256(task.strip().encode()).digest()[:4], "big") % len(self.examples)
+        weak, mid, strong = levels[0], levels[len(levels) // 2], levels[-1]
+        return (self.examples[index].replace("<weak>", weak).replace("<mid>", mid)
+                .replace("<strong>", strong))
 
 
 class PromptedOrchestrator:
@@ -68,7 +78,7 @@ class PromptedOrchestrator:
             task=task.strip(),
             roles=role_lines,
             levels=", ".join(self.pool.level_names),
-            example=self._templates.example,
+            example=self._templates.example_for(task, self.pool.level_names),
         )
         return (Message("system", self._templates.system), Message("user", user))
 
