@@ -3,7 +3,9 @@
 #   SFT warm start -> GRPO + counterfactual credit and GRPO without it (same tasks, seeds, steps) on the
 #   GSM8K TRAIN split with the `cpu` pool, then every orchestrator and the fixed baselines on the SAME held-out
 #   MultiArith test items and seeds. Train and test are disjoint by construction (train vs test splits).
-# Each step resumes: re-run the script after an interruption.
+# Each step resumes: re-run the script after an interruption. Many hours on 2 CPU cores. On a GPU machine the
+# policy moves to CUDA by itself; with a CUDA build of llama-cpp-python and LEMON_GPU_LAYERS=-1 the worker
+# models run there too (the baselines table took ~15 min that way on one H100).
 # Usage: LEMON_DATA_DIR=../shared/data bash experiments/grpo_cpu.sh [RUNS_DIR]
 set -euo pipefail
 runs="${1:-runs/grpo-cpu}"
