@@ -70,6 +70,14 @@ def test_missing_spec_file_and_unknown_pool(tmp_path: Path, _isolated_home: Path
     assert_clean_error(lemon("validate", str(f), "--pool", "nopool", home=_isolated_home), "neither a built-in")
 
 
+@pytest.mark.parametrize("args", [("export-gguf", "x", "--out", "y"), ("eval", "gsm8k", "--limit", "many"),
+                                  ("no-such-command",)], ids=["unknown-option", "bad-value", "unknown-command"])
+def test_usage_errors_exit_2_with_the_usage_and_no_traceback(args: tuple[str, ...], _isolated_home: Path) -> None:
+    proc = lemon(*args, home=_isolated_home)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout and "Usage: lemon" in proc.stderr
+
+
 def test_refused_endpoint_exits_2_and_keeps_the_trace(tmp_path: Path, _isolated_home: Path) -> None:
     pool = tmp_path / "pool.yaml"
     url = f"http://127.0.0.1:{free_port()}/v1"

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
@@ -127,19 +126,15 @@ _register_layers()
 
 
 def main() -> None:
-    """Entry point: run the app, turning user-facing errors into one line and exit code 2."""
+    """Entry point: run the app, turning user-facing errors into one line and exit code 2.
+
+    Typer's standalone mode handles its own usage errors (an unknown option or a bad value: the usage, one
+    error line, exit 2) through the click copy it vendors; LemonError is ours to print.
+    """
     try:
-        app(standalone_mode=False)
+        app(prog_name="lemon")
     except LemonError as exc:
         err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(exc.exit_code)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        err_console.print("aborted")
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
