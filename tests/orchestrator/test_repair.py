@@ -45,6 +45,16 @@ def test_forward_self_and_unknown_references_are_dropped(roles: RoleLibrary) -> 
     assert sum("dropped dependency" in w for w in warnings) == 4
 
 
+def test_repair_keeps_edges_to_later_agents_when_the_graph_is_acyclic(roles: RoleLibrary) -> None:
+    # the judge is written first and the capacity is unknown: repaired, but no edge may be lost
+    agents = [_agent("judge", ["first", "second"], capacity="huge"), _agent("first", []),
+              _agent("second", ["first"])]
+    spec, source, warnings = spec_from_output(json.dumps({"agents": agents, "output": "judge"}), roles, LEVELS)
+    assert source == "repaired" and not any("dropped" in w for w in warnings)
+    assert spec.agent("judge").depends_on == ("first", "second") and spec.agent("second").depends_on == ("first",)
+    assert spec.output == "judge"
+
+
 def test_unknown_role_and_capacity_and_duplicate_names(roles: RoleLibrary) -> None:
     agents = [_agent("a", [], role="wizard", capacity="huge"), _agent("a", ["a"])]
     spec, source, warnings = spec_from_output(json.dumps({"agents": agents}), roles, LEVELS)

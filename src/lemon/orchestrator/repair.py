@@ -1,10 +1,11 @@
 """Turning an orchestrator's raw output into a valid spec: parse, repair what is mechanical, else fall back.
 
 Repairs are limited to edits that cannot change what the writer meant in a way a person would dispute:
-dropping references to agents that do not exist, self-references, duplicate and forward references (which
-is what makes the graph acyclic), renaming duplicate names, filling an unknown or missing `output` with
-the unique sink (else the last agent), and mapping an unknown role or capacity to a documented default.
-Every repair is reported as a warning; nothing is repaired silently.
+dropping references to agents that do not exist, self-references and duplicates; dropping forward
+references only where they close a cycle (a DAG may be written in any order); renaming duplicate names;
+filling an unknown or missing `output` with the unique sink (else the last agent); and mapping an unknown
+role or capacity to a documented default. Every repair is reported as a warning; nothing is repaired
+silently.
 """
 
 from __future__ import annotations
@@ -94,21 +95,18 @@ def repair_spec_data(
         deps_in = raw_agent.get("depends_on") or []
         if isinstance(deps_in, str):
             deps_in = [deps_in]
-        deps: list[str] = []
-        for d in deps_in if isinstance(deps_in, list) else []:
-            if d in seen and d not in deps:
-                deps.append(d)
-            else:
-                warnings.append(f"agent {name!r}: dropped dependency {d!r} (not an earlier agent)")
+        raw_deps = [d for d in deps_in if isinstance(d, str)] if isinstance(deps_in, list) else []
         agents.append(
-            {"name": name, "role": role, "duty": cleaned, "capacity": capacity, "depends_on": deps}
+            {"name": name, "role": role, "duty": cleaned, "capacity": capacity, "depends_on": raw_deps}
         )
         seen.add(name)
+    agents = _resolve_dependencies(agents, warnings)
     if not agents:
         raise SpecError("orchestrator output has no usable agent")
     if len(data["agents"]) > MAX_AGENTS:
         warnings.append(f"kept the first {MAX_AGENTS} of {len(data['agents'])} agents")
     used = {d for a in agents for d in a["depends_on"]}
+    seen = {a["name"] for a in agents}
     sinks = [a["name"] for a in agents if a["name"] not in used]
     output = data.get("output")
     if output not in seen:
@@ -144,3 +142,38 @@ def spec_from_output(
     except (SpecError, ValueError) as exc:
         spec = validate_spec(fallback_spec(levels), roles, levels)
         return spec, "fallback", (f"orchestrator output unusable ({reason}; {exc}); using the default spec",)
+
+
+def _resolve_dependencies(agents: list[dict[str, Any]], warnings: list[str]) -> list[dict[str, Any]]:
+    """Keep the dependencies that name another agent, in any written order, unless they form a cycle.
+
+    A writer often lists the final agent first; a spec may (the runtime orders the DAG), so such edges are
+    kept. Only a cycle forces dropping edges, and then the ones that point forward in the written order.
+    """
+    names = {a["name"] for a in agents}
+    for a in agents:
+        kept: list[str] = []
+        for d in a["depends_on"]:
+            if d in names and d != a["name"] and d not in kept:
+                kept.append(d)
+            else:
+                warnings.append(f"agent {a['name']!r}: dropped dependency {d!r} (not another agent)")
+        a["depends_on"] = kept
+    placed: set[str] = set()
+    remaining = list(agents)
+    while remaining:
+        ready = [a for a in remaining if set(a["depends_on"]) <= placed]
+        if not ready:
+            break  # a cycle
+        placed.update(a["name"] for a in ready)
+        remaining = [a for a in remaining if a["name"] not in placed]
+    if not remaining:
+        return agents
+    earlier: set[str] = set()
+    for a in agents:
+        for d in a["depends_on"]:
+            if d not in earlier:
+                warnings.append(f"agent {a['name']!r}: dropped dependency {d!r} (a later agent, in a cycle)")
+        a["depends_on"] = [d for d in a["depends_on"] if d in earlier]
+        earlier.add(a["name"])
+    return agents
