@@ -228,17 +228,18 @@ async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
     prompt = task.format_prompt(item)
     start = time.perf_counter()
     orch_tokens = 0
+    # Each (item, seed) gets its own sampling stream, for the orchestrator and the workers alike. One stream
+    # shared by every item of a seed (the run seed alone) couples the items: the same random draws make the
+    # same choices everywhere, so a seed's accuracy swings as one block (measured: 0% vs 40% between two
+    # seeds of vanilla on MultiArith).
+    item_seed = stable_seed(s.benchmark, item.id, seed)
     if ctx.orchestrator is not None:
-        proposal = await ctx.orchestrator.propose(prompt, seed=seed)
+        proposal = await ctx.orchestrator.propose(prompt, seed=item_seed)
         spec = proposal.spec
         orch_tokens = int(proposal.tokens)
     else:
         spec = spec_for(ctx, item, seed)
-    # Each (item, seed) gets its own sampling stream. One stream shared by every item of a seed (the run
-    # seed alone) couples the items: the same random draws make the same choices everywhere, so a seed's
-    # accuracy swings as one block (measured: 0% vs 40% between two seeds of vanilla on MultiArith).
-    worker_seed = stable_seed(s.benchmark, item.id, seed)
-    result = await ctx.executor.run(spec, prompt, seed=worker_seed,
+    result = await ctx.executor.run(spec, prompt, seed=item_seed,
                                     vote_key=lambda text: task.extract(text, item),
                                     task_id=f"{s.benchmark}/{item.id}")
     prediction = task.extract(result.answer, item) if result.answer else None
