@@ -108,6 +108,28 @@ def pool_identity(pool: str) -> str:
     return pool
 
 
+def policy_identity(method: str) -> str | None:
+    """For `trained:PATH`, the sha256 of the policy's weights and config; None for every other method.
+
+    The path alone does not identify a policy (lemon train rewrites `final/` in place), so, as with pool files,
+    a different model at the same path starts a new run instead of resuming into another model's results.
+    """
+    if not method.startswith("trained:"):
+        return None
+    from lemon.orchestrator.trained import resolve_policy_path
+
+    path = resolve_policy_path(method.split(":", 1)[1])
+    files = [path] if path.is_file() else sorted(
+        f for f in path.iterdir() if f.suffix in {".safetensors", ".bin", ".gguf"} or f.name == "config.json")
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode("utf-8") + b"\x00")
+        with f.open("rb") as fh:
+            for block in iter(functools.partial(fh.read, 1 << 22), b""):
+                digest.update(block)
+    return "sha256:" + digest.hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class EvalSettings:
     """What a worker needs to rebuild the evaluation context (picklable: it travels to Ray workers)."""
@@ -126,9 +148,13 @@ class EvalSettings:
 
     def identity(self) -> dict[str, Any]:
         """The fields that change results (they go into the run id; concurrency and paths do not)."""
-        return {"temperature": self.temperature, "max_tokens": self.max_tokens, "n_agents": self.n_agents,
-                "budget_tokens": self.budget_tokens, "call_timeout_s": self.call_timeout_s,
-                "worker_seeds": WORKER_SEEDS}
+        identity = {"temperature": self.temperature, "max_tokens": self.max_tokens, "n_agents": self.n_agents,
+                    "budget_tokens": self.budget_tokens, "call_timeout_s": self.call_timeout_s,
+                    "worker_seeds": WORKER_SEEDS}
+        policy = policy_identity(self.method)
+        if policy is not None:  # only trained runs carry it, so other run ids stay as they were
+            identity["policy"] = policy
+        return identity
 
 
 @dataclass
@@ -188,11 +214,8 @@ def build_context(settings: EvalSettings, pool_factory: PoolFactory | None = Non
 
 
 def _trained_orchestrator(path: str, roles: Any, pool: Pool) -> Any:
-    try:
-        from lemon.orchestrator.trained import TrainedOrchestrator  # type: ignore[import-not-found]
-    except ImportError:
-        raise LemonError("method 'trained:PATH' is not yet available (lemon.orchestrator.trained is not "
-                         "installed in this version); use a baseline or 'prompted'") from None
+    from lemon.orchestrator.trained import TrainedOrchestrator
+
     if not Path(path).exists():
         raise LemonError(f"trained orchestrator {path!r} does not exist; pass trained:<model directory>")
     return TrainedOrchestrator(path, roles, pool.level_names)
@@ -384,10 +407,11 @@ async def evaluate(
         settings = EvalSettings(benchmark=benchmark, method=method, level=level, pool=pool,
                                 temperature=temperature, max_tokens=max_tokens, n_agents=n_agents,
                                 budget_tokens=budget_tokens, call_timeout_s=call_timeout_s, cache=cache)
+        identity = settings.identity()
         run_id = make_run_id(benchmark=benchmark, split=split, method=method, pool=pool_identity(pool),
-                             level=level, limit=limit, config=settings.identity())
+                             level=level, limit=limit, config=identity)
         ids_hash = hashlib.sha256("\n".join(str(i.id) for i in items).encode()).hexdigest()
-        config = {**settings.identity(), "kind": task.kind, "limit": limit,
+        config = {**identity, "kind": task.kind, "limit": limit,
                   "pool_identity": pool_identity(pool), "item_ids_sha256": ids_hash,
                   "lemon_version": _lemon_version()}
         db.ensure_run(run_id, benchmark=benchmark, split=split, method=method, pool=pool, level=level,

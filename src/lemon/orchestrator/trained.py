@@ -33,6 +33,9 @@ DEFAULT_MAX_NEW_TOKENS = 320
 def resolve_policy_path(path: str | os.PathLike[str]) -> Path:
     """A model directory, a .gguf file, or a training run directory (its `final/` model)."""
     p = Path(path).expanduser()
+    if not p.exists():
+        raise ModelFileError(f"trained orchestrator {p} does not exist; pass the output of lemon sft / "
+                             "lemon train (a model directory or run directory) or a .gguf file")
     if p.is_dir() and not (p / "config.json").is_file() and (p / "final" / "config.json").is_file():
         return p / "final"
     if p.suffix == ".gguf":
