@@ -22,4 +22,4 @@ for bench in multiarith gsm8k; do
 done
 wait
 lemon report --store "$store" --out docs/results.md --plot docs/baselines-accuracy-vs-tokens.png \
-  --compare vanilla best
+  --compare vanilla,best

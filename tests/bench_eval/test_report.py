@@ -10,6 +10,7 @@ import pytest
 from lemon.bench.report import build_report, mcnemar_exact, paired_compare, run_stats
 from lemon.bench.store import ItemRow, ResultsStore, RunInfo
 from lemon.errors import LemonError
+from tests.cli.test_cli_core import assert_clean_error, lemon
 
 
 def test_mcnemar_exact_known_values() -> None:
@@ -67,7 +68,7 @@ def test_report_mean_std_table_compare_and_png(tmp_path: Path) -> None:
         assert stats["run_cot"].accuracy_std == pytest.approx(0.25)
         assert stats["run_one"].accuracy_std is None
         report = build_report(store, out=tmp_path / "docs" / "results.md", plot=tmp_path / "docs" / "acc.png",
-                              compare=("cot", "vanilla"), now=datetime(2026, 1, 2, 3, 4, tzinfo=UTC))
+                              compare=[("cot", "vanilla")], now=datetime(2026, 1, 2, 3, 4, tzinfo=UTC))
     md = (tmp_path / "docs" / "results.md").read_text()
     assert md == report.markdown
     assert str(store_path) in md and "2026-01-02 03:04 UTC" in md
@@ -91,7 +92,7 @@ def test_compare_unknown_method_is_a_one_line_error(tmp_path: Path) -> None:
     with ResultsStore(tmp_path / "r.sqlite") as store:
         _fill(store, "run_cot", "cot", {("0", 0): True}, 1, 10)
         with pytest.raises(LemonError, match="methods stored: cot"):
-            build_report(store, compare=("cot", "tree"))
+            build_report(store, compare=[("cot", "tree")])
 
 
 def test_report_fills_only_the_marked_block_of_a_hand_written_document(tmp_path: Path) -> None:
@@ -121,7 +122,25 @@ def test_compare_with_best_pairs_each_run_with_the_most_accurate_other_method(tm
         _fill(store, "v", "vanilla", {(i, 0): k < 1 for k, i in enumerate(items)}, 1, 10)
         _fill(store, "c", "cot", {(i, 0): k < 3 for k, i in enumerate(items)}, 1, 10)
         _fill(store, "t", "tree", {(i, 0): k < 5 for k, i in enumerate(items)}, 1, 40)
-        report = build_report(store, compare=("vanilla", "best"))
+        report = build_report(store, compare=[("vanilla", "best")])
     (pair,) = report.comparisons
     assert pair.run_a.method == "tree" and pair.run_b.method == "vanilla"
     assert (pair.a_only, pair.b_only) == (4, 0)
+
+
+def test_cli_compare_is_repeatable_and_a_bad_pair_exits_2(tmp_path: Path) -> None:
+    store_path = tmp_path / "r.sqlite"
+    with ResultsStore(store_path) as store:
+        items = [str(i) for i in range(6)]
+        _fill(store, "v", "vanilla", {(i, 0): k < 1 for k, i in enumerate(items)}, 1, 10)
+        _fill(store, "c", "cot", {(i, 0): k < 3 for k, i in enumerate(items)}, 1, 10)
+        _fill(store, "t", "tree", {(i, 0): k < 5 for k, i in enumerate(items)}, 1, 40)
+    out = tmp_path / "report.md"
+    proc = lemon("report", "--store", str(store_path), "--out", str(out), "--compare", "cot,vanilla",
+                 "--compare", "vanilla,best", home=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    md = out.read_text()
+    assert "Paired test: cot vs vanilla" in md and "Paired test: tree vs vanilla" in md
+    assert md.index("cot vs vanilla") < md.index("tree vs vanilla")  # in the order asked
+    assert_clean_error(lemon("report", "--store", str(store_path), "--compare", "cot", home=tmp_path),
+                       "joined by a comma")

@@ -299,28 +299,32 @@ def write_report(out: Path, markdown: str) -> None:
 
 
 def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | None = None,
-                 compare: tuple[str, str] | None = None, now: datetime | None = None) -> Report:
-    """Read every run in the store, render the markdown (and write it to `out`), and draw `plot`."""
+                 compare: Sequence[tuple[str, str]] = (), now: datetime | None = None) -> Report:
+    """Read every run in the store, render the markdown (and write it to `out`), and draw `plot`.
+
+    `compare` lists the (method or run id, method or run id or "best") pairs to test, in the order shown.
+    """
     generated_at = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     order = {m: i for i, m in enumerate((*method_names(), "prompted"))}
     runs = sorted(store.runs(), key=lambda r: (r.benchmark, order.get(r.method, len(order)), r.method, r.pool,
                                                r.level, r.created))
     stats = tuple(run_stats(r, store.items(r.run_id)) for r in runs)
-    comparisons: tuple[PairedResult, ...] = ()
-    if compare is not None:
-        methods = sorted({r.method for r in runs})
-        for sel in compare:
+    comparisons: list[PairedResult] = []
+    methods = sorted({r.method for r in runs})
+    for a, b in compare:
+        for sel in (a, b):
             if sel != BEST and not any(_matches(r, sel) for r in runs):
                 raise LemonError(f"--compare: no run of method or run id {sel!r} in {store.path}; "
                                  f"methods stored: {', '.join(methods) or 'none'}")
-        comparisons = tuple(find_comparisons(store, runs, *compare))
-        if not comparisons:
-            raise LemonError(f"--compare {compare[0]} {compare[1]}: no two runs share benchmark, split, pool "
+        found = find_comparisons(store, runs, a, b)
+        if not found:
+            raise LemonError(f"--compare {a},{b}: no two runs share benchmark, split, pool "
                              "and level; run both methods with the same --split/--pool/--level first")
+        comparisons.extend(found)
     markdown = render_markdown(stats, comparisons, store_path=store.path, generated_at=generated_at)
     if out is not None:
         write_report(out, markdown)
     plot_path = plot_accuracy_vs_tokens(stats, plot, store_path=store.path, generated_at=generated_at) \
         if plot is not None else None
-    return Report(markdown=markdown, stats=stats, comparisons=comparisons, generated_at=generated_at,
+    return Report(markdown=markdown, stats=stats, comparisons=tuple(comparisons), generated_at=generated_at,
                   store_path=store.path, plot_path=plot_path)

@@ -17,8 +17,8 @@ from lemon.errors import LemonError
 
 _METHOD_HELP = "vanilla, cot, sc-cot, chain, tree, complete, random, prompted, or trained:PATH."
 _STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
-_COMPARE_HELP = ("Paired exact McNemar test of two methods (or run ids), e.g. --compare cot sc-cot; "
-                 "`--compare vanilla best` pairs vanilla with the most accurate other method.")
+_COMPARE_HELP = ("Paired exact McNemar test of two methods (or run ids), e.g. --compare cot,sc-cot; repeat it "
+                 "for more pairs. `--compare vanilla,best` pairs vanilla with the most accurate other method.")
 
 
 def _parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -82,7 +82,7 @@ def report_cmd(
     store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
     out: Annotated[Path | None, typer.Option(help="Write the markdown here, e.g. docs/results.md.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write accuracy-vs-tokens PNG, e.g. docs/x.png.")] = None,
-    compare: Annotated[tuple[str, str] | None, typer.Option(help=_COMPARE_HELP)] = None,
+    compare: Annotated[list[str] | None, typer.Option(help=_COMPARE_HELP)] = None,
 ) -> None:
     """Tables of accuracy (mean ± std over seeds) and tokens per benchmark, paired tests, and a plot."""
     from lemon.bench.report import build_report
@@ -93,15 +93,25 @@ def report_cmd(
     path = store or default_store_path()
     if not path.exists():
         raise LemonError(f"no results store at {path}; run `lemon eval` first or pass --store")
-    if compare is not None and None in compare:
-        compare = None
+    pairs = [_compare_pair(value) for value in compare or ()]
     with ResultsStore(path) as db:
-        report = build_report(db, out=out, plot=plot, compare=compare)
+        report = build_report(db, out=out, plot=plot, compare=pairs)
     console.print(Markdown(report.markdown))
     if out is not None:
         console.print(f"wrote {out}", highlight=False)
     if report.plot_path is not None:
         console.print(f"wrote {report.plot_path}", highlight=False)
+
+
+def _compare_pair(value: str) -> tuple[str, str]:
+    """`A,B` -> (A, B); the last comma splits, so a first method may be a path that contains one."""
+    a, sep, b = value.rpartition(",")
+    if not sep or not a.strip() or not b.strip():
+        from lemon.errors import LemonError
+
+        raise LemonError(f"--compare {value!r}: write two methods or run ids joined by a comma, "
+                         "e.g. --compare cot,sc-cot or --compare vanilla,best")
+    return a.strip(), b.strip()
 
 
 def trace_cmd(
