@@ -5,7 +5,8 @@
 #   MultiArith test items and seeds. Train and test are disjoint by construction (train vs test splits).
 # Each stage resumes: re-run the script after an interruption (the LLM cache keeps every worker call).
 # Sizes come from the environment; the defaults are the full experiment (many hours on 2 CPU cores). The run
-# reported in docs/results.md used STEPS=20 LIMIT=20 TEACHER_LEVEL=medium N_TRAIN=160 EPOCHS=2.
+# reported in docs/results.md used STEPS=20 LIMIT=20 and the SFT run of TEACHER_LEVEL=medium N_TRAIN=160
+# EPOCHS=2 (the second SFT run there).
 # On a GPU machine the policy moves to CUDA by itself; with a CUDA build of llama-cpp-python and
 # LEMON_GPU_LAYERS=-1 the worker models run there too.
 # Usage: LEMON_DATA_DIR=../shared/data [STEPS=60] [LIMIT=50] bash experiments/grpo_cpu.sh [RUNS_DIR]
@@ -25,10 +26,11 @@ for variant in cf global; do
     --benchmark gsm8k --pool cpu --steps "$steps" --save-every 5 --seed 0 "${flags[@]}" "${resume[@]}"
   lemon plot "$runs/$variant" --out "docs/grpo-$variant.png"
 done
+cf="trained:$runs/cf/final"; global="trained:$runs/global/final"; sft="trained:$runs/sft/model"
 eval_args=(--limit "$limit" --seeds "$seeds" --pool cpu --level medium --store "$store")
-for method in "trained:$runs/cf/final" "trained:$runs/global/final" "trained:$runs/sft/model" prompted \
-              vanilla cot sc-cot; do
+for method in "$cf" "$global" "$sft" prompted cot sc-cot vanilla; do
   lemon eval multiarith --method "$method" "${eval_args[@]}"
 done
 lemon report --store "$store" --out docs/results-grpo.md --plot docs/grpo-accuracy-vs-tokens.png \
-  --compare "trained:$runs/cf/final" best
+  --compare "$cf,$global" --compare "$cf,$sft" --compare "$cf,prompted" --compare "$cf,best" \
+  --compare "$sft,prompted"
