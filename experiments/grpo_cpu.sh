@@ -24,8 +24,8 @@ for variant in cf global; do
   resume=(); [ -d "$runs/$variant/checkpoints" ] && resume=(--resume)
   [ -d "$runs/$variant/final" ] || lemon train --run-dir "$runs/$variant" --policy "$runs/sft/model" \
     --benchmark gsm8k --pool cpu --steps "$steps" --save-every 5 --seed 0 "${flags[@]}" "${resume[@]}"
-  lemon plot "$runs/$variant" --out "docs/grpo-$variant.png"
 done
+lemon plot "$runs/cf" "$runs/global" --smooth 5 --out docs/grpo-training.png
 cf="trained:$runs/cf/final"; global="trained:$runs/global/final"; sft="trained:$runs/sft/model"
 eval_args=(--limit "$limit" --seeds "$seeds" --pool cpu --level medium --store "$store")
 for method in "$cf" "$global" "$sft" prompted cot sc-cot vanilla; do

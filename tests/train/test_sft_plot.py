@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lemon.errors import LemonError
-from lemon.train.plot import plot_run, read_metrics
+from lemon.train.plot import draw_runs, plot_run, read_metrics
 
 
 def test_plot_writes_a_png_and_rejects_bad_input(tmp_path: Path) -> None:
@@ -23,6 +23,21 @@ def test_plot_writes_a_png_and_rejects_bad_input(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text("{not json\n")
     with pytest.raises(LemonError, match="line 1"):
         read_metrics(tmp_path)
+
+
+def test_plot_overlays_several_runs_one_colour_per_run(tmp_path: Path) -> None:
+    for name, slope in (("cf", 0.2), ("global", 0.1)):
+        (tmp_path / name).mkdir()
+        rows = [{"step": s, "reward_mean": slope * s, "valid_rate": 1.0} for s in (1, 2, 3)]
+        (tmp_path / name / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fig = draw_runs([tmp_path / "cf", tmp_path / "global"], smooth=1)
+    reward = fig.axes[0]
+    lines = {ln.get_label(): ln for ln in reward.get_lines()}
+    assert set(lines) == {"cf: reward_mean", "global: reward_mean"}
+    assert list(lines["cf: reward_mean"].get_ydata()) == pytest.approx([0.2, 0.4, 0.6])
+    assert lines["cf: reward_mean"].get_color() != lines["global: reward_mean"].get_color()
+    with pytest.raises(LemonError, match="at least one"):
+        draw_runs([])
 
 
 @pytest.mark.train

@@ -157,15 +157,16 @@ def train_cmd(
 
 
 def plot_cmd(
-    run_dir: Annotated[Path, typer.Argument(help="Run directory (or its metrics.jsonl).")],
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run directories (or their metrics.jsonl); several "
+                                                        "share the axes, e.g. RUNS/cf RUNS/global.")],
     out: Annotated[Path, typer.Option("--out", help="PNG to write.")] = Path("training.png"),
     smooth: Annotated[int, typer.Option(help="Moving-average window in steps.")] = 1,
 ) -> None:
-    """Draw the training curves of a run as a PNG."""
-    from lemon.train.plot import plot_run
+    """Draw the training curves of one run, or of several on the same axes, as a PNG."""
+    from lemon.train.plot import plot_runs
 
     console, _ = _consoles()
-    console.print(f"wrote {plot_run(run_dir, out, smooth=max(1, smooth))}")
+    console.print(f"wrote {plot_runs(run_dirs, out, smooth=max(1, smooth))}")
 
 
 def export_gguf_cmd(

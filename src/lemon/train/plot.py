@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,31 +50,66 @@ def _smooth(ys: list[float], k: int) -> list[float]:
 
 def plot_run(run_dir: Path, out: Path, *, smooth: int = 1) -> Path:
     """Draw every panel for which the metrics have data; returns the PNG path."""
+    return plot_runs([run_dir], out, smooth=smooth)
+
+
+def plot_runs(run_dirs: Sequence[Path], out: Path, *, smooth: int = 1) -> Path:
+    """One PNG with every panel; several runs (e.g. +CF vs global-only) share the axes, one colour per run."""
+    import matplotlib.pyplot as plt
+
+    fig = draw_runs(run_dirs, smooth=smooth)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def draw_runs(run_dirs: Sequence[Path], *, smooth: int = 1) -> Any:
+    """The matplotlib Figure of `plot_runs`.
+
+    With a single run each metric gets its own colour; with several, the colour names the run and the line
+    style the metric, so two variants of one experiment are compared on the same axes.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_metrics(run_dir)
-    steps = [r["step"] for r in rows]
-    panels = [(t, [k for k in keys if any(k in r for r in rows)]) for t, keys in PANELS]
+    if not run_dirs:
+        raise LemonError("lemon plot needs at least one run directory")
+    runs = [(_run_label(d), read_metrics(d)) for d in run_dirs]
+    all_rows = [r for _, rows in runs for r in rows]
+    panels = [(t, [k for k in keys if any(k in r for r in all_rows)]) for t, keys in PANELS]
     panels = [(t, ks) for t, ks in panels if ks]
     cols = 2
     nrows = (len(panels) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(11, 3 * nrows), squeeze=False)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, (title, keys) in zip(axes.flat, panels, strict=False):
-        for k in keys:
-            ys = [float(r.get(k, float("nan"))) for r in rows]
-            ax.plot(steps, _smooth(ys, smooth) if smooth > 1 else ys, label=k.split("/")[-1] if "/" in k else k)
-        ax.set_title(title)
+        for r_index, (name, rows) in enumerate(runs):
+            steps = [r["step"] for r in rows]
+            for k_index, k in enumerate(keys):
+                ys = [float(r.get(k, float("nan"))) for r in rows]
+                label = k.split("/")[-1] if "/" in k else k
+                style: dict[str, Any] = {"color": colours[k_index % len(colours)]}
+                if len(runs) > 1:
+                    label = f"{name}: {label}"
+                    style = {"color": colours[r_index % len(colours)], "linestyle": _STYLES[k_index % 4]}
+                ax.plot(steps, _smooth(ys, smooth) if smooth > 1 else ys, label=label, **style)
+        ax.set_title(title + (f" (moving mean of {smooth})" if smooth > 1 else ""))
         ax.set_xlabel("step")
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    fig.suptitle(str(run_dir))
+    fig.suptitle(" vs ".join(str(d) for d in run_dirs))
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
+    return fig
+
+
+_STYLES = ("-", "--", ":", "-.")
+
+
+def _run_label(run_dir: Path) -> str:
+    """A run's short name in legends: its directory (the parent for a metrics.jsonl path)."""
+    return (run_dir if run_dir.is_dir() else run_dir.parent).name
