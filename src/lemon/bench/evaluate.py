@@ -264,7 +264,7 @@ async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
         spec = spec_for(ctx, item, seed)
     result = await ctx.executor.run(spec, prompt, seed=item_seed,
                                     vote_key=lambda text: task.extract(text, item),
-                                    task_id=f"{s.benchmark}/{item.id}")
+                                    task_id=str(item.id))
     prediction = task.extract(result.answer, item) if result.answer else None
     correct = await _check(ctx, prediction, item) if prediction is not None else False
     latency = time.perf_counter() - start
