@@ -33,4 +33,4 @@ for method in "$cf" "$global" "$sft" prompted cot sc-cot vanilla; do
 done
 lemon report --store "$store" --out docs/results-grpo.md --plot docs/grpo-accuracy-vs-tokens.png \
   --compare "$cf,$global" --compare "$cf,$sft" --compare "$cf,prompted" --compare "$cf,best" \
-  --compare "$sft,prompted"
+  --compare "$cf,vanilla" --compare "$sft,prompted"
