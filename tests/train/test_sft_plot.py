@@ -6,9 +6,27 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
 
 from lemon.errors import LemonError
+from lemon.runtime.executor import required_agents
+from lemon.spec.model import Spec
+from lemon.spec.roles import RoleLibrary
+from lemon.spec.validate import validate_spec
 from lemon.train.plot import draw_runs, plot_run, read_metrics
+from lemon.train.sft import live_spec
+from tests.spec_strategies import LEVELS, specs
+
+
+@settings(max_examples=200, deadline=None)
+@given(specs())
+def test_sft_targets_keep_exactly_the_agents_the_runtime_runs(spec: Spec) -> None:
+    live = live_spec(spec)
+    assert set(live.names) == required_agents(spec)  # nothing the runtime runs is lost, nothing dead kept
+    assert live.final_agent() == spec.final_agent()
+    assert [a for a in spec.agents if a.name in set(live.names)] == list(live.agents)  # same agents, same order
+    validate_spec(live, RoleLibrary.load(), LEVELS)  # still a valid spec
+    assert live_spec(live) is live  # a live spec is returned as is
 
 
 def test_plot_writes_a_png_and_rejects_bad_input(tmp_path: Path) -> None:

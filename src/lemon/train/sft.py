@@ -28,6 +28,8 @@ import torch
 
 from lemon.errors import LemonError
 from lemon.orchestrator.policy_prompt import policy_messages, strict_spec
+from lemon.runtime.executor import required_agents
+from lemon.spec.model import Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.train.generation import batch_logprobs, chat_prompt_ids, eos_ids, generate
@@ -91,6 +93,20 @@ def valid_rate(model: Any, tokenizer: Any, tasks: Sequence[TrainTask], roles: Ro
     return ValidReport(rate=(n - len(errors)) / n if n else 0.0, n=n, errors=errors)
 
 
+def live_spec(spec: Spec) -> Spec:
+    """`spec` without the agents the runtime would never run (not ancestors of the output agent).
+
+    A teacher that writes a critic nothing depends on teaches the policy to spend spec tokens on an agent that
+    is pruned at run time (104 of 160 targets of our first diverse SFT run had one), so SFT targets keep only
+    the live team. Only a spec with an explicit `output` can have dead agents (with a unique sink, every agent
+    reaches it), and that `output` is kept.
+    """
+    needed = required_agents(spec)
+    if len(needed) == len(spec.agents):
+        return spec
+    return Spec(agents=tuple(a for a in spec.agents if a.name in needed), output=spec.output)
+
+
 async def teacher_examples(tasks: Sequence[TrainTask], *, pool_name: str, level: str | None,
                            require_correct: bool, cache: bool,
                            progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
@@ -107,7 +123,7 @@ async def teacher_examples(tasks: Sequence[TrainTask], *, pool_name: str, level:
     teacher = PromptedOrchestrator(pool, roles, level=level)
     executor = Executor(pool, roles)
     kept: list[SFTExample] = []
-    counts = {"model": 0, "repaired": 0, "fallback": 0, "incorrect": 0}
+    counts = {"model": 0, "repaired": 0, "fallback": 0, "incorrect": 0, "pruned": 0}
     try:
         for k, t in enumerate(tasks):
             proposal = await teacher.propose(t.prompt)
@@ -119,8 +135,9 @@ async def teacher_examples(tasks: Sequence[TrainTask], *, pool_name: str, level:
                 if not correct:
                     counts["incorrect"] += 1
             if proposal.source != "fallback" and correct is not False:
-                kept.append(SFTExample(t.id, t.prompt, render_spec(proposal.spec).text, proposal.source,
-                                       correct))
+                target = live_spec(proposal.spec)
+                counts["pruned"] += target is not proposal.spec
+                kept.append(SFTExample(t.id, t.prompt, render_spec(target).text, proposal.source, correct))
             if progress is not None:
                 progress("teacher", k + 1, len(tasks))
     finally:
