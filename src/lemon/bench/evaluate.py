@@ -3,7 +3,7 @@
 One evaluation = one run in the results store (see `store.py`): the first `limit` items of the split in its
 fixed order, times seeds 0..seeds-1. Re-running the same command resumes; only missing (item, seed) pairs
 are computed. Every method is a spec on the same runtime (`Executor`) and pool: a baseline spec
-(`baselines.py`), the prompted orchestrator's spec, or (later) the trained orchestrator's spec.
+(`baselines.py`), the prompted orchestrator's spec, or the trained orchestrator's spec.
 
 Why workers sample at temperature 0.7 by default, with a per-seed sampling seed: with greedy decoding every
 "seed" would produce the same text, so the std over seeds would be 0 by construction and say nothing, and
@@ -208,17 +208,13 @@ def build_context(settings: EvalSettings, pool_factory: PoolFactory | None = Non
 
         orchestrator = PromptedOrchestrator(pool, roles)
     elif settings.method.startswith("trained:"):
-        orchestrator = _trained_orchestrator(settings.method.split(":", 1)[1], roles, pool)
+        from lemon.orchestrator.trained import TrainedOrchestrator  # resolves the path; says if it is missing
+
+        orchestrator = TrainedOrchestrator(settings.method.split(":", 1)[1], roles, pool.level_names)
     return ItemContext(settings=settings, task=task, pool=pool, roles=roles, executor=executor,
                        orchestrator=orchestrator)
 
 
-def _trained_orchestrator(path: str, roles: Any, pool: Pool) -> Any:
-    from lemon.orchestrator.trained import TrainedOrchestrator
-
-    if not Path(path).exists():
-        raise LemonError(f"trained orchestrator {path!r} does not exist; pass trained:<model directory>")
-    return TrainedOrchestrator(path, roles, pool.level_names)
 
 
 async def _check(ctx: ItemContext, prediction: str, item: Any) -> bool:
