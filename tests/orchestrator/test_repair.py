@@ -89,3 +89,19 @@ def test_hostile_yaml_in_output_does_not_expand(roles: RoleLibrary) -> None:
     bomb = "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
     spec, source, _ = spec_from_output(bomb, roles, LEVELS)
     assert source == "fallback" and len(spec.agents) == 2
+
+
+def test_output_with_descendants_is_moved_to_the_sink_below_it() -> None:
+    """Issue 11: a middle agent named as output left the strongest agent after it unrun."""
+    from lemon.orchestrator.repair import spec_from_output
+    from lemon.spec.roles import RoleLibrary
+
+    raw = ("agents:\n"
+           "  - {name: extractor, role: analyst, duty: '', capacity: small, depends_on: []}\n"
+           "  - {name: solver, role: math_solver, duty: '', capacity: medium, depends_on: [extractor]}\n"
+           "  - {name: decider, role: final_decision_maker, duty: '', capacity: large, depends_on: [solver]}\n"
+           "output: solver\n")
+    spec, source, warnings = spec_from_output(raw, RoleLibrary.load(), ("small", "medium", "large"))
+    assert spec.output == "decider" and source == "repaired"
+    assert not spec.descendants(spec.final_agent())
+    assert any("decider" in w and "never run" in w for w in warnings)

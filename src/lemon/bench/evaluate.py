@@ -63,12 +63,12 @@ FAIL_FAST_ERRORS = 8
 
 def method_choices() -> tuple[str, ...]:
     """Valid `--method` values (as shown in error messages)."""
-    return (*method_names(), "prompted", "trained:PATH")
+    return (*method_names(), "template", "prompted", "trained:PATH")
 
 
 def check_method(method: str) -> None:
     """Raise a one-line LemonError naming the valid methods if `method` is not one."""
-    if method in method_names() or method == "prompted":
+    if method in method_names() or method in ("template", "prompted"):
         return
     if method.startswith("trained:") and len(method) > len("trained:"):
         return
@@ -203,7 +203,11 @@ def build_context(settings: EvalSettings, pool_factory: PoolFactory | None = Non
                                                    call_timeout_s=settings.call_timeout_s),
                         params=GenParams(**base))
     orchestrator = None
-    if settings.method == "prompted":
+    if settings.method == "template":
+        from lemon.orchestrator.template import TemplateOrchestrator
+
+        orchestrator = TemplateOrchestrator(roles, pool.level_names)
+    elif settings.method == "prompted":
         from lemon.orchestrator.prompted import PromptedOrchestrator
 
         orchestrator = PromptedOrchestrator(pool, roles)

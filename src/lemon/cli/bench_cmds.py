@@ -15,7 +15,8 @@ from rich.markdown import Markdown
 
 from lemon.errors import LemonError
 
-_METHOD_HELP = "vanilla, cot, sc-cot, chain, tree, complete, random, prompted, or trained:PATH."
+_METHOD_HELP = ("vanilla, cot, sc-cot, chain, tree, complete, random, template (the default orchestration), "
+                "prompted, or trained:PATH.")
 _STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
 _COMPARE_HELP = ("Paired exact McNemar test of two methods (or run ids), e.g. --compare cot,sc-cot; repeat it "
                  "for more pairs. `--compare vanilla,best` pairs vanilla with the most accurate other method.")

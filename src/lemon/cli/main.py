@@ -59,9 +59,14 @@ def run(
     task: Annotated[str, typer.Argument(help="The task, e.g. a GSM8K-style question.")],
     pool: PoolOpt = "cpu",
     orchestrator: Annotated[
-        str | None, typer.Option(help="Trained orchestrator (HF dir, run dir or .gguf); default: the prompted one.")
-    ] = None,
-    level: Annotated[str | None, typer.Option(help="Pool level that writes the spec (default: strongest).")] = None,
+        str, typer.Option(help="Who writes the spec: 'template' (the measured default teams, no model call), "
+                               "'prompted' (a pool model under a JSON schema), or a trained policy (HF dir, "
+                               "run dir or .gguf).")
+    ] = "template",
+    level: Annotated[str | None, typer.Option(help="Pool level that writes the spec for 'prompted' "
+                                                    "(default: strongest).")] = None,
+    temperature: Annotated[float, typer.Option(help="Worker sampling temperature (as lemon eval; a vote "
+                                                    "needs samples that differ).")] = 0.7,
     max_tokens: MaxTokensOpt = 384,
     budget_tokens: BudgetOpt = None,
     timeout: TimeoutOpt = None,
@@ -72,8 +77,11 @@ def run(
     """Orchestrate TASK into a spec, execute it, and show the spec, the answer and tokens per agent."""
     from lemon.cli.session import RunOptions, run_task
 
-    opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, trace_dir, cache=not no_cache)
-    _run_async(run_task(console, task, opts, orchestrator_path=orchestrator, level=level))
+    if not 0.0 <= temperature <= 2.0:
+        raise LemonError(f"--temperature must be in [0, 2], got {temperature}")
+    opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, trace_dir, cache=not no_cache,
+                      temperature=temperature)
+    _run_async(run_task(console, task, opts, orchestrator=orchestrator, level=level))
 
 
 @app.command("exec")

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
@@ -16,6 +17,7 @@ from lemon.errors import ConfigError, LemonError, SpecError
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
 from lemon.llm.pools import load_pool, pool_level_names
+from lemon.orchestrator.template import task_kind
 from lemon.paths import runs_dir
 from lemon.runtime import Budget, Executor, RunResult
 from lemon.spec.model import Spec
@@ -33,6 +35,7 @@ class AgentProgress:
                      "secs": ""}
             for a in spec.agents
         }
+        self.pruned: dict[str, str] = {}
 
     def on_event(self, event: dict[str, Any]) -> None:
         row = self.rows.get(str(event.get("agent", "")))
@@ -40,6 +43,9 @@ class AgentProgress:
             return
         if event["type"] == "spawn":
             row["state"], row["t0"] = "running", time.perf_counter()
+        elif event["type"] == "despawn":
+            row["state"], row["secs"] = "pruned", ""
+            self.pruned[str(event["agent"])] = str(event.get("reason", "not run"))
         elif event["type"] == "return":
             row["state"] = "cached" if event.get("cached") else "done"
             row["tokens"] = str(event.get("tokens", ""))
@@ -49,10 +55,10 @@ class AgentProgress:
         table = Table(title="agents", title_justify="left", expand=False)
         for col in ("agent", "role", "capacity", "state", "tokens", "time"):
             table.add_column(col)
-        style = {"waiting": "dim", "running": "yellow", "done": "green", "cached": "cyan"}
+        style = {"waiting": "dim", "running": "yellow", "done": "green", "cached": "cyan", "pruned": "magenta"}
         for name, r in self.rows.items():
-            table.add_row(name, r["role"], r["capacity"], f"[{style[r['state']]}]{r['state']}[/]",
-                          r["tokens"], r["secs"])
+            table.add_row(escape(name), escape(r["role"]), escape(r["capacity"]),
+                          f"[{style[r['state']]}]{r['state']}[/]", r["tokens"], r["secs"])
         return table
 
 
@@ -90,22 +96,28 @@ class RunOptions:
     seed: int
     trace_dir: Path | None
     cache: bool = True
+    temperature: float | None = None  # None: the pool's default
 
 
 async def _execute(console: Console, pool: Pool, roles: RoleLibrary, spec: Spec, task: str, opts: RunOptions,
-                   orchestrator_info: dict[str, Any] | None = None) -> RunResult:
+                   orchestrator_info: dict[str, Any] | None = None, vote_key: Any = None) -> RunResult:
     progress = AgentProgress(spec)
-    params = GenParams(**{**_params_dict(pool.defaults), "max_tokens": opts.max_tokens})
+    overrides: dict[str, Any] = {"max_tokens": opts.max_tokens}
+    if opts.temperature is not None:
+        overrides["temperature"] = opts.temperature
+    params = GenParams(**{**_params_dict(pool.defaults), **overrides})
     executor = Executor(pool, roles, budget=Budget(max_tokens=opts.budget_tokens, call_timeout_s=opts.timeout),
                         params=params, on_event=progress.on_event)
     with console.status("loading and verifying models..."):
         await pool.prepare(tuple({a.capacity for a in spec.agents}))
     with Live(progress, console=console, refresh_per_second=4, transient=False):
-        result = await executor.run(spec, task, seed=opts.seed, orchestrator=orchestrator_info)
+        result = await executor.run(spec, task, seed=opts.seed, orchestrator=orchestrator_info, vote_key=vote_key)
     folder = opts.trace_dir or runs_dir()
     path = folder / f"trace-{result.trace.trace_id}.json"
     result.trace.save(path)
     _show_result(console, result, path)
+    for name, reason in progress.pruned.items():
+        console.print(f"pruned: {name} ({reason})", markup=False, highlight=False)
     if result.status != "ok":
         raise LemonError(f"run stopped ({result.status}): {result.stop_reason}; the partial trace is in {path}")
     return result
@@ -115,31 +127,47 @@ def _params_dict(p: GenParams) -> dict[str, Any]:
     return {f: getattr(p, f) for f in p.__dataclass_fields__}
 
 
-async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrator_path: str | None,
-                   level: str | None) -> None:
+def _orchestrator(name: str, pool: Pool, roles: RoleLibrary, level: str | None) -> Any:
+    """`template` (default), `prompted`, or a trained policy's path."""
+    if name == "template":
+        from lemon.orchestrator.template import TemplateOrchestrator
+
+        return TemplateOrchestrator(roles, pool.level_names)
+    if name == "prompted":
+        from lemon.orchestrator.prompted import PromptedOrchestrator
+
+        if level is not None and level not in pool.level_names:
+            raise ConfigError(f"--level {level!r} is not a level of pool {pool.name!r}: {pool.level_names}")
+        return PromptedOrchestrator(pool, roles, level=level)
+    from lemon.orchestrator.trained import TrainedOrchestrator
+
+    return TrainedOrchestrator(name, roles, pool.level_names)
+
+
+def vote_key_for(kind: object) -> Any:
+    """How a `majority_vote` agent compares answers for a task of this kind (None: whole texts)."""
+    from lemon.bench.extract import extract_choice, extract_number
+
+    return {"number": extract_number, "choice": extract_choice}.get(str(kind))
+
+
+async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrator: str = "template",
+                   level: str | None = None) -> None:
     roles = RoleLibrary.load()
     pool = load_pool(opts.pool, cache=opts.cache)
     try:
-        if orchestrator_path:
-            from lemon.orchestrator.trained import TrainedOrchestrator
-
-            orch: Any = TrainedOrchestrator(orchestrator_path, roles, pool.level_names)
-        else:
-            from lemon.orchestrator.prompted import PromptedOrchestrator
-
-            if level is not None and level not in pool.level_names:
-                raise ConfigError(f"--level {level!r} is not a level of pool {pool.name!r}: {pool.level_names}")
-            orch = PromptedOrchestrator(pool, roles, level=level)
-        if orchestrator_path is None:
+        orch = _orchestrator(orchestrator, pool, roles, level)
+        if getattr(orch, "level", None) is not None:
             with console.status("loading and verifying the orchestrator model..."):
                 await pool.prepare((orch.level,))
         with console.status("orchestrator is writing the spec..."):
             proposal = await orch.propose(task, seed=opts.seed)
         _show_spec(console, proposal.spec, f"spec ({proposal.source}, {proposal.tokens} orchestrator tokens)")
         for w in proposal.warnings:
-            console.print(f"[yellow]warning:[/] {w}", markup=True, highlight=False)
+            console.print(f"[yellow]warning:[/] {escape(w)}", markup=True, highlight=False)
         info = {"source": proposal.source, "tokens": proposal.tokens, "warnings": list(proposal.warnings)}
-        await _execute(console, pool, roles, proposal.spec, task, opts, orchestrator_info=info)
+        await _execute(console, pool, roles, proposal.spec, task, opts, orchestrator_info=info,
+                       vote_key=vote_key_for(proposal.extra.get("kind") or task_kind(task)))
     finally:
         await pool.aclose()
 

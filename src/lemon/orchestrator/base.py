@@ -11,7 +11,7 @@ from typing import Literal, Protocol
 
 from lemon.spec.model import Spec
 
-Source = Literal["model", "repaired", "fallback"]
+Source = Literal["model", "repaired", "fallback", "template"]
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,7 @@ class PromptedOrchestrator:
         completion = await self.pool.backend(self.level).complete(request)
         spec, source, warnings = spec_from_output(completion.text, self.roles, self.pool.level_names)
         for w in warnings:
-            log.warning("orchestrator: %s", w)
+            log.info("orchestrator: %s", w)  # the Proposal carries it; the caller shows it once
         return Proposal(
             spec=spec,
             source=source,  # type: ignore[arg-type]

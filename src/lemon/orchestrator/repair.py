@@ -126,19 +126,40 @@ def fallback_spec(levels: Sequence[str]) -> Spec:
     return Spec.model_validate(data)
 
 
+def downstream_output(spec: Spec) -> tuple[Spec, str | None]:
+    """Move an `output` that has descendants to the last sink below it, so no agent downstream is wasted.
+
+    An orchestrator once named a middle agent as output: the 1.5B "final decision maker" after it never ran.
+    Agents below the output cannot change the answer, so the last sink among its descendants (the agent
+    that reads, transitively, the named output) becomes the output instead; the change is reported.
+    """
+    output = spec.final_agent()
+    below = spec.descendants(output)
+    if not below:
+        return spec, None
+    has_child = {p for a in spec.agents for p in a.depends_on}
+    sinks = [a.name for a in spec.agents if a.name in below and a.name not in has_child]
+    new = sinks[-1]
+    return spec.model_copy(update={"output": new}), (
+        f"output {output!r} had agents downstream of it ({', '.join(sorted(below))}) that would never run; "
+        f"using {new!r}")
+
+
 def spec_from_output(
     raw: str, roles: RoleLibrary, levels: Sequence[str]
 ) -> tuple[Spec, str, tuple[str, ...]]:
     """(spec, source, warnings) for a raw orchestrator reply; never raises for bad model output."""
     text = extract_object_text(raw)
     try:
-        return validate_spec(parse_spec(text), roles, levels), "model", ()
+        spec, moved = downstream_output(validate_spec(parse_spec(text), roles, levels))
+        return (spec, "model", ()) if moved is None else (spec, "repaired", (f"spec repaired ({moved})",))
     except SpecError as first:
         reason = str(first)
     try:
         data, warnings = repair_spec_data(_load_data(text), roles, levels)
-        spec = validate_spec(Spec.model_validate(data), roles, levels)
-        return spec, "repaired", (f"spec repaired ({reason})", *warnings)
+        spec, moved = downstream_output(validate_spec(Spec.model_validate(data), roles, levels))
+        extra = () if moved is None else (moved,)
+        return spec, "repaired", (f"spec repaired ({reason})", *warnings, *extra)
     except (SpecError, ValueError) as exc:
         spec = validate_spec(fallback_spec(levels), roles, levels)
         return spec, "fallback", (f"orchestrator output unusable ({reason}; {exc}); using the default spec",)
