@@ -37,7 +37,7 @@ def test_logprobs_and_one_update_on_the_policy_device(monkeypatch: pytest.Monkey
     batch = StepBatch(prompts=prompts, completions=completions, advantages=[1.0, -1.0],
                       cf_terms=[[CounterfactualTerm(token_indices=(1, 2), delta=0.5)], []])
     cfg = load_train_config()
-    stats = policy_update(model, None, batch, torch.optim.AdamW(model.parameters(), lr=1e-2), cfg, pad_id=0)
+    stats = policy_update(model, batch, torch.optim.AdamW(model.parameters(), lr=1e-2), cfg, pad_id=0)
     assert stats["updated"] == 1.0 and stats["grad_norm"] > 0 and stats["loss_cf"] != 0.0
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 

@@ -9,7 +9,7 @@ import pytest
 from lemon.errors import ConfigError
 from lemon.spec.model import MAX_AGENTS
 from lemon.train.config import MAX_EDGES, RewardConfig, TrainConfig, load_reward_config, load_train_config
-from lemon.train.reward import compute_reward
+from lemon.train.reward import compute_reward, invalid_reward
 
 
 @pytest.fixture()
@@ -18,51 +18,60 @@ def cfg() -> RewardConfig:
 
 
 def test_invalid_spec_gets_penalty_only(cfg: RewardConfig) -> None:
-    for correct in (True, False, None):
-        r = compute_reward(correct, tokens=10, n_agents=3, n_edges=2, valid=False, cfg=cfg)
-        assert r.total == cfg.invalid_penalty == -1.0
-        assert r.invalid == cfg.invalid_penalty
-        assert r.success == 0.0 and r.efficiency == 0.0 and r.structure == 0.0
-        assert r.allows_counterfactual is False
+    r = invalid_reward(cfg)
+    assert r.total == cfg.invalid_penalty == -1.0
+    assert r.invalid == cfg.invalid_penalty
+    assert r.success == 0.0 and r.efficiency == 0.0 and r.structure == 0.0
+    assert r.allows_counterfactual is False
 
 
 def test_valid_spec_terms(cfg: RewardConfig) -> None:
-    r = compute_reward(True, tokens=0, n_agents=3, n_edges=2, valid=True, cfg=cfg)
+    r = compute_reward(cfg, success=1.0, tokens=0, n_agents=3, n_edges=2)
     assert r.success == 1.0
     assert r.efficiency == pytest.approx(0.1)
     assert r.structure == pytest.approx(3 * 0.01 + 2 * 0.005)
     assert r.total == pytest.approx(1.0 + 0.1 - 0.04)
     assert r.invalid == 0.0 and r.allows_counterfactual
-    half = compute_reward(True, tokens=cfg.token_ref // 2, n_agents=1, n_edges=0, valid=True, cfg=cfg)
+    half = compute_reward(cfg, success=1.0, tokens=cfg.token_ref // 2, n_agents=1, n_edges=0)
     assert half.efficiency == pytest.approx(0.05)
-    over = compute_reward(True, tokens=cfg.token_ref * 3, n_agents=1, n_edges=0, valid=True, cfg=cfg)
+    over = compute_reward(cfg, success=1.0, tokens=cfg.token_ref * 3, n_agents=1, n_edges=0)
     assert over.efficiency == 0.0
 
 
-def test_wrong_or_ungraded_gets_no_success_and_gated_bonus(cfg: RewardConfig) -> None:
-    for correct in (False, None):
-        r = compute_reward(correct, tokens=0, n_agents=1, n_edges=0, valid=True, cfg=cfg)
-        assert r.success == 0.0 and r.efficiency == 0.0
-        assert r.total == pytest.approx(-0.01)
-        assert r.allows_counterfactual
+def test_wrong_gets_no_success_and_gated_bonus(cfg: RewardConfig) -> None:
+    r = compute_reward(cfg, success=0.0, tokens=0, n_agents=1, n_edges=0)
+    assert r.success == 0.0 and r.efficiency == 0.0
+    assert r.total == pytest.approx(-0.01)
+    assert r.allows_counterfactual
     ungated = cfg.model_copy(update={"efficiency_requires_success": False})
-    assert compute_reward(False, 0, 1, 0, True, ungated).efficiency == pytest.approx(0.1)
+    assert compute_reward(ungated, success=0.0, tokens=0, n_agents=1, n_edges=0).efficiency == pytest.approx(0.1)
+
+
+def test_fractional_success_scales_success_and_gated_bonus(cfg: RewardConfig) -> None:
+    """Several worker seeds per spec: the reward is linear in the fraction that was right."""
+    half = compute_reward(cfg, success=0.5, tokens=0, n_agents=1, n_edges=0)
+    full = compute_reward(cfg, success=1.0, tokens=0, n_agents=1, n_edges=0)
+    assert half.success == pytest.approx(0.5) and half.efficiency == pytest.approx(full.efficiency / 2)
 
 
 def test_default_orderings(cfg: RewardConfig) -> None:
-    worst_correct = compute_reward(True, 10**9, MAX_AGENTS, MAX_EDGES, True, cfg).total
-    best_wrong = compute_reward(False, 0, 1, 0, True, cfg.model_copy(
-        update={"efficiency_requires_success": False})).total
+    worst_correct = compute_reward(cfg, success=1.0, tokens=10**9, n_agents=MAX_AGENTS, n_edges=MAX_EDGES).total
+    best_wrong = compute_reward(cfg.model_copy(update={"efficiency_requires_success": False}), success=0.0,
+                                tokens=0, n_agents=1, n_edges=0).total
     assert worst_correct > best_wrong
-    worst_valid = compute_reward(False, 10**9, MAX_AGENTS, MAX_EDGES, True, cfg).total
-    assert worst_valid > compute_reward(None, 0, 1, 0, False, cfg).total
+    worst_valid = compute_reward(cfg, success=0.0, tokens=10**9, n_agents=MAX_AGENTS, n_edges=MAX_EDGES).total
+    assert worst_valid > invalid_reward(cfg).total
 
 
 def test_bad_measurements_rejected(cfg: RewardConfig) -> None:
     with pytest.raises(ValueError):
-        compute_reward(True, -1, 1, 0, True, cfg)
+        compute_reward(cfg, success=1.0, tokens=-1, n_agents=1, n_edges=0)
     with pytest.raises(ValueError):
-        compute_reward(True, 1, 0, 0, True, cfg)
+        compute_reward(cfg, success=1.0, tokens=1, n_agents=0, n_edges=0)
+    with pytest.raises(ValueError):
+        compute_reward(cfg, success=1.5, tokens=1, n_agents=1, n_edges=0)
+    with pytest.raises(TypeError):  # keyword-only: positional measurements are refused
+        compute_reward(cfg, 1.0, 1, 1, 0)  # type: ignore[misc]
 
 
 def test_default_config_values() -> None:

@@ -121,9 +121,110 @@ async def test_ablations_rewrite_the_spec_and_disable_their_family() -> None:
     assert [a.duty for a in s.spec.agents] == ["", "", ""]
     assert {a.capacity for a in s.spec.agents} == {"small"}
     assert [a.depends_on for a in s.spec.agents] == [(), ("a",), ("b",)] and s.spec.output == "c"
-    assert s.cf is None and s.cf_skip == "no applicable edit"  # every family is disabled
+    assert s.cf is None and s.cf_skip == "no applicable live edit"  # every family is disabled
     assert Ablation(fixed_capacity="small").families(("edge", "role", "capacity")) == ("edge", "role")
     # only the edge family requested: the counterfactual is always an edge deletion
     for seed in range(4):
         group, _, _ = await _group([render_spec(SPEC).text], families=("edge",), seed=seed)
         assert group.samples[0].cf is not None and group.samples[0].cf.family == "edge"
+
+
+DEAD = Spec(agents=(
+    Agent(name="solver", role="math_solver", duty="Solve it step by step", capacity="medium"),
+    Agent(name="critic", role="critic", duty="Check the solver", capacity="large", depends_on=("solver",)),
+), output="solver")
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_counterfactuals_never_edit_a_dead_agent(seed: int) -> None:
+    """Review item 4: the critic nothing depends on is pruned, so editing it measures nothing."""
+    text = render_spec(DEAD).text
+    group, _, _ = await _group([text] * 3, seed=seed)
+    for s in group.samples:
+        assert s.cf is not None, s.cf_skip
+        assert s.cf.field.agent == "solver"
+
+
+async def test_a_spec_with_only_dead_fields_is_skipped_for_that_reason() -> None:
+    only_dead = Spec(agents=(
+        Agent(name="solver", role="math_solver", duty="", capacity="small"),
+        Agent(name="critic", role="critic", duty="Check", capacity="large", depends_on=("solver",)),
+    ), output="solver")
+    group, _, _ = await _group([render_spec(only_dead).text])
+    assert group.samples[0].cf is None and group.samples[0].cf_skip == "no applicable live edit"
+
+
+async def test_workers_run_at_the_evaluation_temperature() -> None:
+    """Review item 3: training rollouts sample workers as `lemon eval` does (0.7, the pool's max_tokens)."""
+    from lemon.bench.evaluate import DEFAULT_TEMPERATURE
+    from lemon.train.config import TrainConfig
+    from lemon.train.grpo import worker_executor
+
+    cfg = TrainConfig()
+    assert cfg.workers.temperature == DEFAULT_TEMPERATURE
+    ex, backends = _executor()
+    trained = worker_executor(ex.pool, RoleLibrary.load(), cfg)
+    await trained.run(SPEC, TASK.prompt, seed=3)
+    temps = {req.params.temperature for b in backends.values() for req in b.calls}
+    assert temps == {DEFAULT_TEMPERATURE}
+
+
+async def test_worker_samples_average_success_over_seeds() -> None:
+    """`workers.samples` = K runs of each spec under K worker seeds; success is their mean."""
+    def coin(req: ChatRequest) -> str:
+        return "The answer is 42" if (req.params.seed or 0) % 2 else "The answer is 7"
+
+    backends = {lv: ScriptedBackend(f"model-{lv}", responder=coin) for lv in LEVELS}
+    pool = Pool("scripted", tuple(Level(lv, backends[lv], 4) for lv in LEVELS), GenParams(max_tokens=64,
+                                                                                          temperature=0.7))
+    ex = Executor(pool, RoleLibrary.load())
+    one = Spec(agents=(Agent(name="solver", role="math_solver", duty="", capacity="large"),), output="solver")
+    settings = RolloutSettings(reward=RewardConfig(), cf_enabled=False, worker_samples=8)
+    group = await rollout_group(ex, TASK, [render_spec(one).text], roles=RoleLibrary.load(), settings=settings,
+                                sampler=None, rng=random.Random(0), seed=11)
+    s = group.samples[0]
+    assert s.calls == 8 and 0.0 < s.success < 1.0
+    assert s.reward is not None and s.reward.success == pytest.approx(s.success)
+
+
+async def test_sampler_is_drawn_in_task_order_whatever_finishes_first() -> None:
+    """Review item 7: with several tasks per step, plans (and sampler draws) follow task order, not the order
+    in which groups finish executing, so a resumed run reproduces the uninterrupted one."""
+    from lemon.train.rollout import rollout_groups
+
+    def team(level: str) -> str:
+        return render_spec(Spec(agents=(
+            Agent(name="solver", role="math_solver", duty="Solve it", capacity=level),
+            Agent(name="checker", role="critic", duty="Check the solver", capacity=level,
+                  depends_on=("solver",)),
+        ), output="checker")).text
+
+    async def run(latency: dict[str, float]) -> list[tuple[str, object]]:
+        backends = {lv: ScriptedBackend(f"model-{lv}", responder=_reply, latency_s=latency.get(lv, 0.0))
+                    for lv in LEVELS}
+        pool = Pool("scripted", tuple(Level(lv, backends[lv], 4) for lv in LEVELS), GenParams(max_tokens=64))
+        tasks = [TrainTask(id=f"t/{k}", prompt=f"What is 6 * 7? ({k})", grade=lambda t: "42" in t)
+                 for k in range(2)]
+        sampler = AdaptiveFamilySampler(("edge", "role", "capacity"), floor=0.3, seed=5)
+        groups = await rollout_groups(Executor(pool, RoleLibrary.load()), tasks,
+                                      [[team("large")] * 3, [team("medium")] * 3], roles=RoleLibrary.load(),
+                                      settings=RolloutSettings(reward=RewardConfig()), sampler=sampler,
+                                      rng=random.Random(1), seeds=[1, 2])
+        return [(g.task_id, s.cf.field if s.cf else s.cf_skip) for g in groups for s in g.samples]
+
+    large_slow = await run({"large": 0.05})
+    medium_slow = await run({"medium": 0.05})
+    assert large_slow == medium_slow
+
+
+async def test_level_family_moves_capacity_up_or_down_and_credits_the_capacity_span() -> None:
+    """`level` (ours): the edited capacity is another level of the pool, drawn among all of them."""
+    targets = set()
+    for seed in range(12):
+        group, _, _ = await _group([render_spec(SPEC).text], families=("level",), seed=seed)
+        s = group.samples[0]
+        assert s.cf is not None and s.cf.family == "level" and s.cf.field.kind == "capacity"
+        assert s.completion[s.cf.char_start:s.cf.char_end] == SPEC.agent(s.cf.field.agent).capacity
+        targets.add((s.cf.field.agent, s.cf.edited_reward))
+    assert len(targets) > 1
+    assert Ablation(fixed_capacity="small").families(("edge", "level")) == ("edge",)

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lemon.errors import ConfigError
-from lemon.train.config import FAMILIES, SamplerConfig
+from lemon.train.config import DEFAULT_FAMILIES as FAMILIES
+from lemon.train.config import SamplerConfig
 from lemon.train.sampler import AdaptiveFamilySampler
 
 deltas = st.floats(allow_nan=False, allow_infinity=False)  # includes +-1.8e308 and subnormals
@@ -44,13 +45,13 @@ def test_adapts_to_large_contrasts() -> None:
     s = AdaptiveFamilySampler(floor=0.1, window=8, seed=0)
     assert s.probabilities() == pytest.approx(dict.fromkeys(FAMILIES, 1 / 3))
     s.update("edge", 1.0)
-    # no data for role/capacity: they score the mean of the others, so still uniform
+    # no data for role/level: they score the mean of the others, so still uniform
     assert s.probabilities() == pytest.approx(dict.fromkeys(FAMILIES, 1 / 3))
     s.update("role", 0.0)
-    s.update("capacity", -0.0)
+    s.update("level", -0.0)
     p = s.probabilities()
     assert p["edge"] == pytest.approx(0.1 + 0.7)
-    assert p["role"] == pytest.approx(0.1) and p["capacity"] == pytest.approx(0.1)
+    assert p["role"] == pytest.approx(0.1) and p["level"] == pytest.approx(0.1)
     s.update("role", -1.0)  # sign does not matter, |delta| does
     p = s.probabilities()
     assert p["role"] == pytest.approx(0.1 + 0.7 * 0.5 / 1.5)
@@ -65,7 +66,7 @@ def test_window_forgets() -> None:
     s = AdaptiveFamilySampler(window=2)
     s.update("edge", 100.0)
     s.update("role", 1.0)
-    s.update("capacity", 1.0)
+    s.update("level", 1.0)
     s.update("edge", 1.0)
     s.update("edge", 1.0)  # the 100 has left the window
     assert s.probabilities() == pytest.approx(dict.fromkeys(FAMILIES, 1 / 3))
@@ -75,7 +76,7 @@ def test_empirical_frequencies_follow_probabilities() -> None:
     s = AdaptiveFamilySampler(seed=3)
     s.update("edge", 2.0)
     s.update("role", 1.0)
-    s.update("capacity", 0.0)
+    s.update("level", 0.0)
     p = s.probabilities()
     n = 6000
     draws = [s.sample(set(FAMILIES)) for _ in range(n)]

@@ -61,7 +61,8 @@ def test_two_steps_then_resume(tmp_path: Path, warm_policy: Path, monkeypatch: p
     monkeypatch.setenv("LEMON_DATA_DIR", str(find_data_dir()))
     run = tmp_path / "run"
     common = ["--run-dir", str(run), "--benchmark", "gsm8k", "--pool", "tiny", "--policy", str(warm_policy),
-              "--limit-tasks", "2", "--group-size", "2", "--max-new-tokens", "96", "--kl-beta", "0",
+              "--limit-tasks", "2",
+              "--tasks-per-step", "1", "--group-size", "2", "--max-new-tokens", "96", "--kl-beta", "0",
               "--save-every", "1", "--no-cache"]
     res = _train([*common, "--steps", "2"])
     assert res.exit_code == 0, res.output

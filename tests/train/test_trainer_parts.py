@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +12,18 @@ torch = pytest.importorskip("torch")
 
 from lemon.spec.model import Agent, Spec  # noqa: E402
 from lemon.spec.render import FieldRef, render_spec  # noqa: E402
-from lemon.train.config import RewardConfig  # noqa: E402
+from lemon.train.config import CreditConfig, RewardConfig  # noqa: E402
 from lemon.train.generation import Completion  # noqa: E402
 from lemon.train.grpo import (  # noqa: E402
+    Trainer,
     TrainSettings,
     build_batch,
-    checkpoint_dirs,
     effective_config,
-    save_checkpoint,
     task_indices,
 )
 from lemon.train.reward import compute_reward  # noqa: E402
 from lemon.train.rollout import Counterfactual, GroupResult, Sample  # noqa: E402
+from lemon.train.run_dir import RunDir  # noqa: E402
 from lemon.train.sampler import AdaptiveFamilySampler  # noqa: E402
 from lemon.train.token_spans import offsets_from_token_ids  # noqa: E402
 
@@ -35,7 +34,7 @@ SPEC = Spec(agents=(
 
 
 def _sample(text: str, at: int, cf: Counterfactual | None, total: float) -> Sample:
-    r = compute_reward(True, 100, 2, 1, True, RewardConfig())
+    r = compute_reward(RewardConfig(), success=1.0, tokens=100, n_agents=2, n_edges=1)
     s = Sample(completion=text, valid=True, spec=SPEC, canonical_at=at, cf=cf)
     s.reward = type(r)(total, r.success, r.efficiency, r.structure, r.invalid, True)
     return s
@@ -54,7 +53,7 @@ def test_build_batch_puts_delta_on_exactly_the_field_tokens(tokenizer: Any) -> N
     comp = Completion([1, 2, 3], ids, text, offsets, stopped=True)
     other = Completion([1, 2, 3], ids, text, offsets, stopped=True)
     group = GroupResult("t", [_sample(text, len(prefix), cf, 1.0), _sample(text, len(prefix), None, 0.0)])
-    batch = build_batch([group], [[comp, other]], cf_weight=0.5)
+    batch = build_batch([group], [[comp, other]], CreditConfig(cf_weight=0.5))
     assert batch.advantages[0] > 0 > batch.advantages[1]
     (term,) = batch.cf_terms[0]
     assert batch.cf_terms[1] == []
@@ -68,40 +67,39 @@ def test_build_batch_puts_delta_on_exactly_the_field_tokens(tokenizer: Any) -> N
 
 
 def test_checkpoint_is_atomic_and_keeps_the_newest(tmp_path: Path) -> None:
-    class Tiny(torch.nn.Module):
+    class TinyPolicy:
+        pad_id = 0
+
         def __init__(self) -> None:
-            super().__init__()
-            self.w = torch.nn.Linear(3, 3)
+            self.model = torch.nn.Linear(3, 3)
 
-        def save_pretrained(self, path: str, **_: Any) -> None:
-            torch.save(self.state_dict(), Path(path) / "w.pt")
+        def save(self, target: Path) -> None:
+            torch.save(self.model.state_dict(), target / "w.pt")
 
-    class Tok:
-        def save_pretrained(self, path: str) -> None:
-            (Path(path) / "tok.json").write_text("{}")
-
-    model = Tiny()
-    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
-    model.w(torch.ones(3)).sum().backward()
+    policy = TinyPolicy()
+    opt = torch.optim.AdamW(policy.model.parameters(), lr=0.1)
+    policy.model(torch.ones(3)).sum().backward()
     opt.step()
     sampler = AdaptiveFamilySampler(seed=3)
     sampler.update("edge", 0.5)
+    run = RunDir(tmp_path)
+    trainer = Trainer(TrainSettings(run_dir=tmp_path, keep_checkpoints=2), effective_config(
+        TrainSettings(run_dir=tmp_path)), policy, None, None, [], opt, sampler, run=run)  # type: ignore[arg-type]
     for step in (1, 2, 3):
-        save_checkpoint(tmp_path, step, model, Tok(), opt, sampler, keep=2)
-    assert [s for s, _ in checkpoint_dirs(tmp_path)] == [2, 3]
+        trainer.save(step)
+    assert [s for s, _ in run.checkpoints()] == [2, 3]
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
-    last = checkpoint_dirs(tmp_path)[-1][1]
-    state = json.loads((last / "trainer_state.json").read_text())
+    last = run.checkpoints()[-1][1]
     restored = AdaptiveFamilySampler(seed=99)
-    restored.load_state_dict(state["sampler"])
+    opt2 = torch.optim.AdamW(torch.nn.Linear(3, 3).parameters(), lr=0.1)
+    resumed = Trainer(trainer.settings, trainer.cfg, policy, None, None, [], opt2, restored)  # type: ignore[arg-type]
+    assert resumed.restore(last) == 4
     assert restored.probabilities() == sampler.probabilities()
-    assert restored.sample(["edge", "role", "capacity"]) == sampler.sample(["edge", "role", "capacity"])
-    opt2 = torch.optim.AdamW(Tiny().parameters(), lr=0.1)
-    opt2.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True))
+    assert restored.sample(["edge", "role", "level"]) == sampler.sample(["edge", "role", "level"])
     assert torch.equal(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"])
     # a half-written checkpoint (no COMPLETE marker) is never picked up
     (tmp_path / "checkpoints" / "step-000009").mkdir()
-    assert checkpoint_dirs(tmp_path)[-1][0] == 3
+    assert run.checkpoints()[-1][0] == 3
 
 
 def test_task_order_is_a_permutation_per_epoch_and_reproducible() -> None:

@@ -119,6 +119,8 @@ def train_cmd(
     max_new_tokens: Annotated[int | None, typer.Option(help="Override rollout.max_new_tokens.")] = None,
     kl_beta: Annotated[float | None, typer.Option(help="Override credit.kl_beta (0 = no reference).")] = None,
     lr: Annotated[float | None, typer.Option(help="Override optim.lr.")] = None,
+    worker_samples: Annotated[int | None, typer.Option(help="Override workers.samples (worker seeds per spec; "
+                                                            "the success term is their mean).")] = None,
     lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
     data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of sampling, task order and counterfactual choices.")] = 0,
@@ -143,13 +145,14 @@ def train_cmd(
         ablation=Ablation(fixed_roles=fixed_roles, fixed_capacity=fixed_capacity,
                           fixed_structure=fixed_structure),  # type: ignore[arg-type]
         lora=lora, cache=not no_cache, threads=threads, group_size=group_size, max_new_tokens=max_new_tokens,
-        kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step)
+        kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step, worker_samples=worker_samples)
     with _progress(err_console) as bar:
         task = bar.add_task("train", total=steps, info="")
 
         def on_step(step: int, row: dict[str, Any]) -> None:
             bar.update(task, completed=step, info=f"r {row['reward_mean']:+.3f} valid {row['valid_rate']:.2f} "
-                                                  f"tok {row['worker_tokens']} {row['step_s']:.0f}s")
+                                                  f"teams {row['distinct_teams']} dW {row['weight_change']:.1e} "
+                                                  f"{row['step_s']:.0f}s")
 
         summary = asyncio.run(train(settings, on_step=on_step))
     console.print(f"steps {summary.first_step}..{summary.last_step} done; metrics {run_dir / 'metrics.jsonl'}")

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from lemon.errors import ModelFileError
 from lemon.llm.base import ChatRequest, GenParams, Message
+from lemon.llm.hf import HFChatGenerator
 from lemon.orchestrator.base import Proposal
 from lemon.orchestrator.policy_prompt import policy_messages
 from lemon.orchestrator.repair import spec_from_output
@@ -27,7 +27,9 @@ from lemon.spec.roles import RoleLibrary
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_NEW_TOKENS = 320
+# The completion budget the policy was trained with (train config rollout.max_new_tokens and SFT's): at
+# inference a different budget cuts or extends specs the policy never learned to write or stop.
+DEFAULT_MAX_NEW_TOKENS = 256
 
 
 def resolve_policy_path(path: str | os.PathLike[str]) -> Path:
@@ -48,50 +50,6 @@ def resolve_policy_path(path: str | os.PathLike[str]) -> Path:
     return p
 
 
-class _HFGenerator:
-    """A lazily loaded transformers model; one generation at a time (a CPU model gains nothing from more)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._model: Any = None
-        self._tok: Any = None
-        self._lock = threading.Lock()
-
-    def _load(self) -> tuple[Any, Any]:
-        if self._model is None:
-            try:
-                import torch
-                from transformers import AutoModelForCausalLM, AutoTokenizer
-            except ImportError as exc:
-                raise ModelFileError(f"loading an HF policy needs the [train] extra ({exc.name} is missing); "
-                                     "or export it with lemon export-gguf and pass the .gguf") from None
-            self._tok = AutoTokenizer.from_pretrained(str(self.path))
-            if self._tok.pad_token is None:
-                self._tok.pad_token = self._tok.eos_token
-            self._model = AutoModelForCausalLM.from_pretrained(str(self.path), dtype=torch.float32).eval()
-        return self._model, self._tok
-
-    def generate(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float,
-                 seed: int) -> tuple[str, int, int]:
-        import torch
-
-        with self._lock:
-            model, tok = self._load()
-            prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-            enc = tok(prompt, return_tensors="pt", add_special_tokens=False)
-            kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": tok.pad_token_id}
-            if temperature > 0:
-                torch.manual_seed(seed)
-                kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
-            else:
-                kwargs.update(do_sample=False)
-            with torch.no_grad():
-                out = model.generate(**enc, **kwargs)
-            new = out[0, enc["input_ids"].shape[1]:]
-            text = tok.decode(new, skip_special_tokens=True)
-            return text, int(enc["input_ids"].shape[1]), int(new.shape[0])
-
-
 class TrainedOrchestrator:
     """Writes specs with a trained policy (HF directory or .gguf); implements `Orchestrator`."""
 
@@ -103,13 +61,13 @@ class TrainedOrchestrator:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self._gguf: Any = None
-        self._hf: _HFGenerator | None = None
+        self._hf: HFChatGenerator | None = None
         if self.path.suffix == ".gguf":
             from lemon.llm.embedded import EmbeddedBackend
 
             self._gguf = EmbeddedBackend(str(self.path))
         else:
-            self._hf = _HFGenerator(self.path)
+            self._hf = HFChatGenerator(self.path)
 
     async def _complete(self, task: str, seed: int) -> tuple[str, int, int]:
         messages = policy_messages(task, self.roles, self.levels)
@@ -126,7 +84,7 @@ class TrainedOrchestrator:
         raw, prompt_tokens, completion_tokens = await self._complete(task, seed)
         spec, source, warnings = spec_from_output(raw, self.roles, self.levels)
         for w in warnings:
-            log.warning("trained orchestrator: %s", w)
+            log.info("trained orchestrator: %s", w)  # the Proposal carries it; the caller shows it once
         return Proposal(spec=spec, source=source, raw=raw, warnings=warnings,  # type: ignore[arg-type]
                         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
                         extra={"policy": str(self.path)})

@@ -4,7 +4,13 @@ Each changes exactly ONE field and returns the edited spec plus the span of that
 canonical text: that span is where the reward contrast r(original) - r(edited) is credited.
 - `delete_edge` (m_E): drop one dependency edge;
 - `revert_duty` (m_R): replace one agent's customised duty with its base role (empty duty);
-- `lower_capacity` (m_L): move one agent one level down the pool.
+- `lower_capacity` (m_L): move one agent one level down the pool;
+- `change_capacity` (family `level`, ours): move one agent to ANOTHER level of the pool, up or down, the
+  target drawn uniformly by the caller. Why: with `lower` alone, Δ = r(chosen) - r(one level below) rewards a
+  `medium` that beats `small` (a large contrast) more than a `large` that beats `medium` (a small one), so
+  the credit pushes the policy towards the middle level; against a uniformly drawn other level,
+  E[Δ] = n/(n-1) * (r(chosen) - mean over all levels), which ranks the levels correctly (measured with
+  `benchmarks/bench_learning.py`).
 An edit that is impossible (no such edge, already the base role, already the weakest level) raises
 `SpecError`; `applicable_edits` lists the fields where a family applies.
 """
@@ -19,8 +25,8 @@ from lemon.errors import SpecError
 from lemon.spec.model import Agent, Spec
 from lemon.spec.render import FieldRef, Span, render_spec
 
-Family = Literal["edge", "role", "capacity"]
-FAMILIES: tuple[Family, ...] = ("edge", "role", "capacity")
+Family = Literal["edge", "role", "capacity", "level"]
+FAMILIES: tuple[Family, ...] = ("edge", "role", "capacity", "level")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,14 @@ def lower_capacity(spec: Spec, agent: str, levels: Sequence[str]) -> Edit:
     return _edit(spec, "capacity", FieldRef("capacity", agent), capacity=levels[i - 1])
 
 
+def change_capacity(spec: Spec, agent: str, target: str, levels: Sequence[str]) -> Edit:
+    """`agent` runs at `target`, another level of the pool (family `level`)."""
+    a = _agent(spec, agent)
+    if target not in levels or target == a.capacity:
+        raise SpecError(f"cannot change capacity of {agent!r} to {target!r}: choose another of {', '.join(levels)}")
+    return _edit(spec, "level", FieldRef("capacity", agent), capacity=target)
+
+
 def applicable_edits(spec: Spec, family: Family, levels: Sequence[str]) -> list[FieldRef]:
     """Every field where `family` applies, in spec order."""
     if family == "edge":
@@ -85,6 +99,8 @@ def applicable_edits(spec: Spec, family: Family, levels: Sequence[str]) -> list[
     if family == "capacity":
         low = levels[0] if levels else None
         return [FieldRef("capacity", a.name) for a in spec.agents if a.capacity in levels and a.capacity != low]
+    if family == "level":
+        return [FieldRef("capacity", a.name) for a in spec.agents if a.capacity in levels and len(levels) > 1]
     raise SpecError(f"unknown edit family {family!r}; expected one of {', '.join(FAMILIES)}")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -21,8 +21,10 @@ from lemon.yamlfile import load_yaml
 
 logger = logging.getLogger(__name__)
 
-#: The three single-field edit families of the method (m_E, m_R, m_L).
-FAMILIES: tuple[str, ...] = ("edge", "role", "capacity")
+#: The single-field edit families: the method's m_E, m_R, m_L, and `level` (ours; see lemon.spec.edits).
+FAMILIES: tuple[str, ...] = ("edge", "role", "capacity", "level")
+#: The families a run edits unless configured otherwise (see configs/default.yaml for why `level`).
+DEFAULT_FAMILIES: tuple[str, ...] = ("edge", "role", "level")
 # A DAG over MAX_AGENTS nodes has at most n(n-1)/2 edges: the worst-case structure cost uses it.
 MAX_EDGES = MAX_AGENTS * (MAX_AGENTS - 1) // 2
 
@@ -69,22 +71,46 @@ class CreditConfig(_Strict):
     # Extra worker tokens counterfactual re-runs may add to a group, as a fraction of the group's rollout
     # tokens (estimated before each re-run); None = a counterfactual for every valid spec, whatever it costs.
     cf_budget: float | None = Field(default=0.2, ge=0.0)
+    # Divisor of group advantages and counterfactual deltas alike (credit.advantage_scales).
+    advantage_scale: Literal["none", "batch_std", "group_std"] = "none"
+    advantage_floor: float = Field(default=0.1, gt=0.0)
 
 
 class RolloutConfig(_Strict):
     """How specs are sampled from the policy and executed."""
 
-    tasks_per_step: int = Field(default=1, ge=1)
+    tasks_per_step: int = Field(default=4, ge=1)
     max_new_tokens: int = Field(default=256, ge=8)
     temperature: float = Field(default=1.0, gt=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     worker_budget_tokens: int | None = Field(default=None, gt=0)
 
+    @model_validator(mode="after")
+    def _full_support(self) -> RolloutConfig:
+        # The loss scores softmax(logits / T) over the whole vocabulary; nucleus truncation would make the
+        # sampled distribution differ from the scored one, and the gradient would be biased.
+        if self.top_p != 1.0:
+            raise ValueError("top_p must be 1.0 for training: the loss scores the untruncated distribution")
+        return self
+
+
+class WorkerConfig(_Strict):
+    """How the WORKERS run during training: the same distribution evaluation uses (review item 3).
+
+    Evaluation samples workers at temperature 0.7 with a seed per (item, seed); a trainer that sees greedy
+    workers cannot value voting or redundancy. `samples` > 1 runs each spec under that many worker seeds and
+    uses the mean success, a lower-variance reward at `samples` times the execution cost.
+    """
+
+    temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    samples: int = Field(default=1, ge=1, le=16)
+
 
 class OptimConfig(_Strict):
     """AdamW settings of the policy update (one optimiser step per batch of groups)."""
 
-    lr: float = Field(default=1e-6, gt=0.0)
+    lr: float = Field(default=1e-5, ge=0.0)  # 0 switches learning off (tests)
     weight_decay: float = Field(default=0.0, ge=0.0)
     max_grad_norm: float = Field(default=1.0, gt=0.0)
     micro_batch: int = Field(default=4, ge=1)
@@ -99,7 +125,7 @@ class GroupConfig(_Strict):
 class SamplerConfig(_Strict):
     """Adaptive choice of the edit family for counterfactuals."""
 
-    families: tuple[str, ...] = FAMILIES
+    families: tuple[str, ...] = DEFAULT_FAMILIES
     floor: float = Field(default=0.1, ge=0.0)
     window: int = Field(default=64, ge=1)
 
@@ -133,6 +159,7 @@ class TrainConfig(_Strict):
     sampler: SamplerConfig = SamplerConfig()
     lora: LoraSettings = LoraSettings()
     rollout: RolloutConfig = RolloutConfig()
+    workers: WorkerConfig = WorkerConfig()
     optim: OptimConfig = OptimConfig()
 
 

@@ -1,8 +1,10 @@
 """Loss pieces of orchestration-level GRPO with localized counterfactual credit (method.md section 4).
 
-Every completion token gets the group-relative advantage of its spec. A counterfactual (one field of a
-valid spec edited, the edited spec re-executed) gives Δ = r(original) - r(edited); the tokens of that
-field in the ORIGINAL completion additionally get ``weight * Δ``.
+Every completion token gets the group-relative advantage of its spec, (r - group mean) / s. A
+counterfactual (one field of a valid spec edited, the edited spec re-executed) gives Δ = r(original) -
+r(edited); the tokens of that field in the ORIGINAL completion additionally get ``weight * Δ / s`` in total,
+spread over the field's tokens. Both terms share the divisor s (`advantage_scales`; 1 by default, so both are
+in reward units): a Δ of one flipped success weighs what one solved spec weighs in its group.
 
 Sign: Δ > 0 means the original field value scored better than the edit, so its tokens are reinforced
 (their log-probabilities pushed up); Δ < 0 means the edit was better, so they are discouraged.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
@@ -34,11 +37,20 @@ class CounterfactualTerm:
     weight: float = 1.0
 
 
-def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> list[float]:
-    """GRPO advantages (r - mean) / (std + eps) within one group; all-equal rewards -> zeros.
+AdvantageScale = Literal["none", "batch_std", "group_std"]
+ADVANTAGE_SCALES: tuple[str, ...] = ("none", "batch_std", "group_std")
 
-    Population std (ddof=0), so a group's advantages have unit variance. A group whose rewards are all
-    equal carries no preference, hence exact zeros rather than noise divided by eps.
+# The k3 KL estimator exponentiates the log-ratio; beyond |log ratio| = 10 it is dominated by one token whose
+# probability moved by e^10, so the ratio is clamped there (verl clamps its low-variance KL the same way).
+KL_LOG_RATIO_CLAMP = 10.0
+
+
+def centered_rewards(rewards: Sequence[float]) -> list[float]:
+    """r - mean(r) within one group: GRPO's baseline without the std division (Dr. GRPO).
+
+    Kept in reward units on purpose: a group that differs only by a tie-breaker (one agent fewer, 300 tokens
+    less) gets advantages of that tie-breaker's size (~0.01), while a group where one spec solved the task
+    gets ~0.75. Dividing by the group std would give both the same +1.73 (review item 1 of issue 10).
     """
     rs = [float(r) for r in rewards]
     if not rs:
@@ -48,12 +60,51 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> list[float]
     if max(rs) == min(rs):
         return [0.0] * len(rs)
     mean = math.fsum(rs) / len(rs)
-    std = math.sqrt(math.fsum((r - mean) ** 2 for r in rs) / len(rs))
-    return [(r - mean) / (std + eps) for r in rs]
+    return [r - mean for r in rs]
+
+
+def _std(values: Sequence[float]) -> float:
+    if not values:
+        return 0.0
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((v - mean) ** 2 for v in values) / len(values))
+
+
+def advantage_scales(groups: Sequence[Sequence[float]], mode: AdvantageScale = "none",
+                     floor: float = 0.1) -> list[float]:
+    """The divisor of each group's advantages AND of its counterfactual deltas (one scale for both).
+
+    - ``none`` (default): 1.0, advantages stay in reward units (Dr. GRPO, Liu et al. 2025).
+    - ``batch_std``: the std of all rewards of the step's groups around their group means, floored: one
+      divisor for the whole batch, so the ratio between groups is kept.
+    - ``group_std``: the original GRPO per-group std, floored at `floor` so an all-wrong group that differs
+      by a tie-breaker cannot be blown up to unit variance.
+    Using the same divisor for Δ keeps "a flipped success" worth the same in the local and the global term.
+    """
+    if mode not in ADVANTAGE_SCALES:
+        raise ValueError(f"unknown advantage scale {mode!r}; valid: {', '.join(ADVANTAGE_SCALES)}")
+    if mode == "none":
+        return [1.0] * len(groups)
+    if mode == "batch_std":
+        pooled = [c for g in groups for c in centered_rewards(g)]
+        return [max(_std(pooled), floor)] * len(groups)
+    return [max(_std([float(r) for r in g]), floor) for g in groups]
+
+
+def group_advantages(rewards: Sequence[float], scale: float = 1.0) -> list[float]:
+    """Advantages of one group: (r - mean) / scale; all-equal rewards -> exact zeros."""
+    if not scale > 0 or not math.isfinite(scale):
+        raise ValueError(f"advantage scale must be a positive finite number, got {scale}")
+    return [c / scale for c in centered_rewards(rewards)]
 
 
 def counterfactual_advantages(seq_len: int, cf_terms: Sequence[CounterfactualTerm]) -> torch.Tensor:
-    """Per-token counterfactual advantages [T]: sum of weight * Δ on each term's span, exact 0 elsewhere."""
+    """Per-token counterfactual advantages [T]: weight * Δ / n on each of a term's n span tokens, 0 elsewhere.
+
+    Per-span normalisation: a field's span carries weight * Δ IN TOTAL, spread evenly over its tokens, so a
+    30-token duty and a 1-token capacity edited with the same |Δ| get the same push (with a per-token weight,
+    the duty would weigh 30x more; review item 5 of issue 10).
+    """
     out = torch.zeros(seq_len, dtype=torch.float32)
     for term in cf_terms:
         if not math.isfinite(term.delta) or not math.isfinite(term.weight):
@@ -64,7 +115,8 @@ def counterfactual_advantages(seq_len: int, cf_terms: Sequence[CounterfactualTer
         if min(idx) < 0 or max(idx) >= seq_len:
             raise IndexError(f"span token indices {min(idx)}..{max(idx)} outside completion of {seq_len}")
         # A set: a token listed twice in one span must not get the term twice.
-        out[sorted(set(idx))] += float(term.weight) * float(term.delta)
+        tokens = sorted(set(idx))
+        out[tokens] += float(term.weight) * float(term.delta) / len(tokens)
     return out
 
 
@@ -75,8 +127,12 @@ def per_token_advantages(seq_len: int, group_advantage: float,
         seq_len, cf_terms)
 
 
-def token_logprobs(logits: torch.Tensor, completion_ids: torch.Tensor, prompt_len: int) -> torch.Tensor:
-    """Log-probs [B, T] of the completion tokens under `logits` [B, P+T, V] of the full sequence.
+def token_logprobs(logits: torch.Tensor, completion_ids: torch.Tensor, prompt_len: int,
+                   temperature: float = 1.0) -> torch.Tensor:
+    """Log-probs [B, T] of the completion tokens under softmax(`logits` / T), logits [B, P+T, V].
+
+    The temperature is the one the completions were SAMPLED at: the policy-gradient estimator needs the log
+    probability of the distribution that drew them (at T != 1 raw logits score another distribution).
 
     Logits at position t predict token t+1, so completion token i (at sequence position P+i) is scored by
     the logits at position P+i-1. Getting this off by one would credit the field's neighbour instead.
@@ -86,7 +142,12 @@ def token_logprobs(logits: torch.Tensor, completion_ids: torch.Tensor, prompt_le
     t = completion_ids.shape[1]
     pred = logits[:, prompt_len - 1: prompt_len - 1 + t, :]
     # At least fp32 (bf16 log-softmax is too coarse for ratios); fp64 stays fp64.
-    logp = torch.log_softmax(pred.to(torch.promote_types(pred.dtype, torch.float32)), dim=-1)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 for log-probs, got {temperature}")
+    scaled = pred.to(torch.promote_types(pred.dtype, torch.float32))
+    if temperature != 1.0:
+        scaled = scaled / temperature
+    logp = torch.log_softmax(scaled, dim=-1)
     return torch.gather(logp, 2, completion_ids.unsqueeze(-1)).squeeze(-1)
 
 
@@ -105,7 +166,8 @@ def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask:
 
     With `old_logprobs` (several optimiser steps per batch) the surrogate is PPO's clipped
     -min(rho A, clip(rho, 1-eps, 1+eps) A), rho = exp(logp - old). With `ref_logprobs` and kl_beta > 0,
-    adds beta * KL via the k3 estimator exp(ref - logp) - (ref - logp) - 1 (non-negative, unbiased).
+    adds beta * KL via the k3 estimator exp(ref - logp) - (ref - logp) - 1 (non-negative; the log-ratio is
+    clamped to +-10 so one token cannot make the loss overflow).
     """
     adv = advantages.detach()
     if old_logprobs is None:
@@ -115,9 +177,14 @@ def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask:
         clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
         per_token = -torch.minimum(ratio * adv, clipped * adv)
     if ref_logprobs is not None and kl_beta > 0.0:
-        diff = ref_logprobs.detach() - logprobs
-        per_token = per_token + kl_beta * (torch.exp(diff) - diff - 1.0)
+        per_token = per_token + kl_beta * k3_kl(logprobs, ref_logprobs.detach())
     return _masked_mean(per_token, mask)
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(policy || ref): exp(d) - d - 1, d = ref - logp clamped to +-10 (>= 0)."""
+    diff = torch.clamp(ref_logprobs - logprobs, -KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
+    return torch.exp(diff) - diff - 1.0
 
 
 def counterfactual_loss(logprobs: torch.Tensor, cf_advantages: torch.Tensor,

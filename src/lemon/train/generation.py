@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from lemon.llm.hf import stop_token_ids
 from lemon.train.token_spans import offsets_from_token_ids
 
 
@@ -37,18 +38,8 @@ def chat_prompt_ids(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def eos_ids(model: Any, tokenizer: Any) -> set[int]:
-    """Every token id that ends a completion (the tokenizer's EOS and the generation config's)."""
-    ids: set[int] = set()
-    if tokenizer.eos_token_id is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    gen = getattr(model, "generation_config", None)
-    eos = getattr(gen, "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif eos:
-        ids.update(int(e) for e in eos)
-    return ids
+# One stop set for training and inference (lemon.llm.hf), re-exported under its training name.
+eos_ids = stop_token_ids
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -110,8 +101,10 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, ma
 
 
 def batch_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-                   pad_id: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+                   pad_id: int, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Teacher-forced log-probs [B, T] of the completions, their mask [B, T] and the shared prompt length P.
+
+    `temperature` is the one the completions were sampled at (the scored distribution is softmax(z / T)).
 
     Prompts are left-padded to P, completions right-padded to T; the returned log-probs keep the graph.
     """
@@ -133,5 +126,5 @@ def batch_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Se
     # the prompt's rows of the LM head saves most of its cost and memory on a 49k vocabulary.
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
                    logits_to_keep=t + 1).logits
-    lp = token_logprobs(logits[:, :t + 1], c_ids, 1)
+    lp = token_logprobs(logits[:, :t + 1], c_ids, 1, temperature)
     return lp, c_mask.to(lp.dtype), p_ids.shape[1]

@@ -1,31 +1,32 @@
 """`lemon train`: orchestration-level GRPO with localized counterfactual credit, as a compact trainer.
 
-One step: pick `tasks_per_step` training tasks (a seeded permutation per epoch), sample a group of G specs
-per task with HF `generate` (the sampled token ids are kept), score each group with `rollout.rollout_group`
-(execution, reward, counterfactuals through the node cache), turn rewards into group-relative advantages
-on every completion token plus Δ-weighted terms on the tokens of each edited field, and take ONE AdamW step
-on `policy_gradient_loss + counterfactual_loss` (+ KL to a frozen reference when kl_beta > 0).
+`Trainer.step` is the whole algorithm in four named phases:
+
+1. **generate**: pick `tasks_per_step` training tasks (a seeded permutation per epoch) and sample a group of
+   G specs per task from the policy (the sampled token ids are kept);
+2. **rollout**: `rollout.rollout_groups` scores every group (execution through one node cache per group,
+   workers sampled as in evaluation), plans counterfactual edits in task order and runs them;
+3. **credit**: `build_batch` turns rewards into group-relative advantages on every completion token and
+   Δ on the tokens of each edited field, both divided by ONE scale (`credit.advantage_scales`);
+4. **update**: one AdamW step on `policy_gradient_loss + counterfactual_loss` (+ k3 KL to the reference),
+   skipped when the batch carries no signal.
+
+Every step appends a metrics row (rewards, validity, accuracy, the seconds of each phase, the relative weight
+change, KL, distinct teams and the sampled-token entropy) and the sampled specs to the run directory.
 
 Why not TRL's GRPOTrainer: our reward needs the sampled ids and character offsets of every completion to
 place the counterfactual term, asynchronous multi-agent execution per group, and adaptive-sampler state in
 checkpoints; in TRL those live in private methods (`_generate_and_score_completions`, `_compute_loss`) that
-change between releases. The loop below is ~300 lines and every piece of the loss is tested directly.
-
-Checkpoints are written to a temporary directory and renamed into place, so a crash never leaves a
-half-written checkpoint that `--resume` would load. Per-step randomness (sampling, counterfactual choices,
-task order) is derived from (seed, step), so a resumed run draws what the uninterrupted run would have.
+change between releases. Per-step randomness (sampling, counterfactual choices, task order) is derived from
+(seed, step), so a resumed run draws what the uninterrupted run would have; no global random state is read.
 """
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import json
 import logging
 import math
-import os
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -36,28 +37,31 @@ import torch
 
 from lemon.errors import ConfigError, LemonError
 from lemon.orchestrator.policy_prompt import policy_messages
-from lemon.spec.render import Span
+from lemon.runtime import Executor
+from lemon.seeds import stable_seed
+from lemon.spec.render import Span, render_spec
 from lemon.spec.roles import RoleLibrary
-from lemon.train.config import TrainConfig, load_train_config
+from lemon.train.config import CreditConfig, TrainConfig, load_train_config
 from lemon.train.credit import (
     CounterfactualTerm,
+    advantage_scales,
     counterfactual_advantages,
     counterfactual_loss,
     group_advantages,
+    k3_kl,
     policy_gradient_loss,
 )
-from lemon.train.generation import Completion, batch_logprobs, chat_prompt_ids, generate
-from lemon.train.rollout import Ablation, GroupResult, RolloutSettings, rollout_group
+from lemon.train.generation import Completion, batch_logprobs
+from lemon.train.policy_handle import HFPolicy, PolicyHandle, Reference
+from lemon.train.rollout import Ablation, GroupResult, RolloutSettings, rollout_groups
+from lemon.train.run_dir import RunDir
 from lemon.train.sampler import AdaptiveFamilySampler
 from lemon.train.tasks import TrainTask, load_train_tasks, split_record
 from lemon.train.token_spans import char_span_to_token_indices
 
 log = logging.getLogger(__name__)
 
-CHECKPOINTS = "checkpoints"
-COMPLETE = "COMPLETE"
-METRICS = "metrics.jsonl"
-RUN_INFO = "run.json"
+__all__ = ["StepBatch", "TrainSettings", "Trainer", "build_batch", "policy_update", "stable_seed", "train"]
 
 
 @dataclass(frozen=True)
@@ -88,11 +92,7 @@ class TrainSettings:
     kl_beta: float | None = None
     lr: float | None = None
     tasks_per_step: int | None = None
-
-
-def stable_seed(*parts: object) -> int:
-    digest = hashlib.sha256("\x00".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+    worker_samples: int | None = None
 
 
 def effective_config(s: TrainSettings) -> TrainConfig:
@@ -111,6 +111,8 @@ def effective_config(s: TrainSettings) -> TrainConfig:
         data["optim"]["lr"] = s.lr
     if s.families is not None:
         data["sampler"]["families"] = tuple(s.families)
+    if s.worker_samples is not None:
+        data["workers"]["samples"] = s.worker_samples
     try:
         return TrainConfig.model_validate(data)
     except Exception as exc:  # pydantic ValidationError: one line
@@ -129,58 +131,9 @@ def task_indices(step: int, n_tasks: int, per_step: int, seed: int) -> list[int]
     return out
 
 
-# ---- checkpoints -------------------------------------------------------------------------------------
 
 
-def checkpoint_dirs(run_dir: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints, oldest first."""
-    root = run_dir / CHECKPOINTS
-    found = []
-    for p in root.glob("step-*") if root.is_dir() else []:
-        if (p / COMPLETE).is_file():
-            try:
-                found.append((int(p.name.split("-", 1)[1]), p))
-            except ValueError:
-                continue
-    return sorted(found)
-
-
-def save_checkpoint(run_dir: Path, step: int, model: Any, tokenizer: Any, optimizer: Any,
-                    sampler: AdaptiveFamilySampler, keep: int) -> Path:
-    """Write step-N atomically (temp dir + rename), then drop all but the newest `keep` checkpoints."""
-    root = run_dir / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
-    target = root / f"step-{step:06d}"
-    tmp = root / f".tmp-step-{step:06d}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    model.save_pretrained(str(tmp), safe_serialization=True)
-    tokenizer.save_pretrained(str(tmp))
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save({"torch": torch.get_rng_state(), "python": random.getstate()}, tmp / "rng.pt")
-    (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "sampler": sampler.state_dict()}),
-                                            encoding="utf-8")
-    (tmp / COMPLETE).write_text("ok\n", encoding="utf-8")
-    if target.exists():
-        shutil.rmtree(target)
-    os.rename(tmp, target)
-    for _, old in checkpoint_dirs(run_dir)[:-keep] if keep > 0 else []:
-        shutil.rmtree(old, ignore_errors=True)
-    return target
-
-
-def _truncate_metrics(path: Path, last_step: int) -> None:
-    """Drop metric rows of steps after the checkpoint being resumed (they will be recomputed)."""
-    if not path.is_file():
-        return
-    keep = [ln for ln in path.read_text(encoding="utf-8").splitlines()
-            if ln.strip() and json.loads(ln).get("step", 0) <= last_step]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(ln + "\n" for ln in keep), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-# ---- the trainer -------------------------------------------------------------------------------------
+# ---- credit: rewards -> per-token advantages ---------------------------------------------------------
 
 
 @dataclass
@@ -192,19 +145,29 @@ class StepBatch:
     advantages: list[float] = field(default_factory=list)
     cf_terms: list[list[CounterfactualTerm]] = field(default_factory=list)
 
+    def has_signal(self) -> bool:
+        """False when every advantage and every counterfactual term is zero: a step would only add noise."""
+        return any(a != 0 for a in self.advantages) or any(
+            t.delta != 0 and t.weight != 0 for terms in self.cf_terms for t in terms)
+
 
 def build_batch(groups: Sequence[GroupResult], completions: Sequence[Sequence[Completion]],
-                cf_weight: float) -> StepBatch:
-    """Group advantages for every token, plus λΔ on the tokens of each counterfactual's field."""
+                credit: CreditConfig, *, cf: bool = True) -> StepBatch:
+    """Group advantages on every token, plus Δ on the tokens of each counterfactual's field, on ONE scale.
+
+    Both the group advantage and Δ are divided by the group's scale (`advantage_scales`; 1 by default), so
+    a counterfactual that flips success weighs what a solved spec weighs against its group.
+    """
     batch = StepBatch()
-    for group, comps in zip(groups, completions, strict=True):
-        adv = group_advantages(group.rewards)
+    scales = advantage_scales([g.rewards for g in groups], credit.advantage_scale, credit.advantage_floor)
+    for group, comps, scale in zip(groups, completions, scales, strict=True):
+        adv = group_advantages(group.rewards, scale)
         for sample, comp, a in zip(group.samples, comps, adv, strict=True):
             terms: list[CounterfactualTerm] = []
-            if sample.cf is not None and cf_weight > 0:
+            if cf and sample.cf is not None and credit.cf_weight > 0:
                 idx = char_span_to_token_indices(comp.offsets, Span(sample.cf.char_start, sample.cf.char_end))
                 if idx:
-                    terms.append(CounterfactualTerm(idx, sample.cf.delta, cf_weight))
+                    terms.append(CounterfactualTerm(idx, sample.cf.delta, credit.cf_weight / scale))
             batch.prompts.append(comp.prompt_ids)
             batch.completions.append(comp.ids)
             batch.advantages.append(a)
@@ -212,107 +175,269 @@ def build_batch(groups: Sequence[GroupResult], completions: Sequence[Sequence[Co
     return batch
 
 
-def policy_update(model: Any, ref_model: Any | None, batch: StepBatch, optimizer: Any, cfg: TrainConfig,
-                  pad_id: int) -> dict[str, float]:
-    """One optimiser step on the batch; returns loss parts and the gradient norm."""
+# ---- update ------------------------------------------------------------------------------------------
+
+
+def _trainable(model: Any) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def _relative_change(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> float:
+    """||after - before|| / ||before|| over all trainable tensors (the 'did the policy move' number)."""
+    num = math.sqrt(sum(float((a - b).double().pow(2).sum()) for a, b in zip(after, before, strict=True)))
+    den = math.sqrt(sum(float(b.double().pow(2).sum()) for b in before))
+    return num / den if den > 0 else num
+
+
+def _accumulate(model: Any, batch: StepBatch, cfg: TrainConfig, pad_id: int, reference: Reference | None,
+                stats: dict[str, float]) -> None:
+    """Forward + backward over micro-batches; the loss is one token mean over the whole batch."""
     n_tokens = sum(len(c) for c in batch.completions)
-    kl_beta = cfg.credit.kl_beta if ref_model is not None else 0.0
-    active = any(a != 0 for a in batch.advantages) or any(batch.cf_terms) or kl_beta > 0
-    stats = {"loss_pg": 0.0, "loss_cf": 0.0, "kl": 0.0, "grad_norm": 0.0, "updated": 0.0}
-    if not active or n_tokens == 0:
-        return stats
-    model.train()
-    optimizer.zero_grad(set_to_none=True)
-    mb = cfg.optim.micro_batch
-    for b in range(0, len(batch.completions), mb):
-        sl = slice(b, b + mb)
-        comps = batch.completions[sl]
-        lp, mask, _ = batch_logprobs(model, batch.prompts[sl], comps, pad_id)
+    temp = cfg.rollout.temperature
+    for b in range(0, len(batch.completions), cfg.optim.micro_batch):
+        sl = slice(b, b + cfg.optim.micro_batch)
+        lp, mask, _ = batch_logprobs(model, batch.prompts[sl], batch.completions[sl], pad_id, temp)
         t = lp.shape[1]
-        adv = torch.stack([torch.full((t,), a, dtype=lp.dtype, device=lp.device) for a in batch.advantages[sl]])
+        adv = torch.tensor(batch.advantages[sl], dtype=lp.dtype, device=lp.device)[:, None].expand(-1, t)
         cf = torch.stack([counterfactual_advantages(t, terms).to(lp.device, lp.dtype)
                           for terms in batch.cf_terms[sl]])
-        ref_lp = None
-        if kl_beta > 0:
-            with torch.no_grad():
-                ref_lp, _, _ = batch_logprobs(ref_model, batch.prompts[sl], comps, pad_id)
+        ref_lp = None if reference is None else reference.logprobs(
+            batch.prompts[sl], batch.completions[sl], pad_id, temp)
         share = mask.sum().item() / n_tokens  # token-mean over the whole batch, not per micro-batch
-        pg = policy_gradient_loss(lp, adv, mask, ref_logprobs=ref_lp, kl_beta=kl_beta) * share
+        pg = policy_gradient_loss(lp, adv, mask, ref_logprobs=ref_lp, kl_beta=cfg.credit.kl_beta) * share
         cfl = counterfactual_loss(lp, cf, mask) * share
         (pg + cfl).backward()
         stats["loss_pg"] += float(pg.detach())
         stats["loss_cf"] += float(cfl.detach())
+        stats["entropy"] += float(-(lp.detach() * mask).sum()) / n_tokens
         if ref_lp is not None:
-            with torch.no_grad():
-                d = ref_lp - lp.detach()
-                k3 = (torch.exp(d) - d - 1.0) * mask
-                stats["kl"] += float(k3.sum()) / n_tokens
-    params = [p for p in model.parameters() if p.requires_grad]
-    stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.max_grad_norm))
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    stats["updated"] = 1.0
+            stats["kl"] += float((k3_kl(lp.detach(), ref_lp) * mask).sum()) / n_tokens
+
+
+def policy_update(model: Any, batch: StepBatch, optimizer: Any, cfg: TrainConfig, pad_id: int,
+                  reference: Reference | None = None) -> dict[str, float]:
+    """One optimiser step on the batch; returns loss parts, KL, grad norm and the relative weight change.
+
+    The forward runs in eval mode: the completions were sampled without dropout (LoRA dropout included),
+    and the loss must score the distribution that sampled them. A batch without signal (every advantage and
+    Δ zero) takes no step at all, even with a KL term: Adam's momentum would otherwise keep moving the policy
+    on batches that say nothing (review item 7).
+    """
+    stats = {"loss_pg": 0.0, "loss_cf": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "updated": 0.0,
+             "weight_change": 0.0}
+    if not batch.has_signal() or sum(len(c) for c in batch.completions) == 0:
+        return stats
+    was_training = model.training
+    model.eval()
+    params = _trainable(model)
+    try:
+        optimizer.zero_grad(set_to_none=True)
+        _accumulate(model, batch, cfg, pad_id, reference if cfg.credit.kl_beta > 0 else None, stats)
+        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.max_grad_norm))
+        before = [p.detach().clone() for p in params]
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        stats["weight_change"] = _relative_change(before, [p.detach() for p in params])
+        stats["updated"] = 1.0
+    finally:
+        model.train(was_training)
     return stats
+
+
+# ---- metrics -----------------------------------------------------------------------------------------
+
+
+def _avg(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _cf_metrics(samples: Sequence[Any], families: Sequence[str]) -> dict[str, Any]:
+    cfs = [s.cf for s in samples if s.cf is not None]
+    valid = [s for s in samples if s.valid]
+    row: dict[str, Any] = {
+        "cf_tokens": sum(c.spent_tokens for c in cfs),
+        "cf_cache_hits": sum(c.cache_hits for c in cfs),
+        "cf_count": len(cfs),
+        "cf_edited_rate": len(cfs) / len(valid) if valid else 0.0,
+        "cf_skipped": {k: sum(1 for s in samples if s.cf_skip == k) for k in
+                       sorted({s.cf_skip for s in samples if s.cf_skip})},
+    }
+    for f in families:
+        ds = [c.delta for c in cfs if c.family == f]
+        row[f"cf_delta_mean/{f}"] = _avg(ds)
+        row[f"cf_abs_delta_mean/{f}"] = _avg([abs(d) for d in ds])
+        row[f"cf_n/{f}"] = len(ds)
+    return row
 
 
 def step_metrics(step: int, groups: Sequence[GroupResult], completions: Sequence[Sequence[Completion]],
                  sampler: AdaptiveFamilySampler | None, families: Sequence[str]) -> dict[str, Any]:
-    """The per-step JSONL row (rewards and components, validity, tokens, cache, counterfactual stats)."""
+    """The per-step JSONL row: rewards and components, validity, tokens, cache, collapse monitor, CF stats."""
     samples = [s for g in groups for s in g.samples]
     rewards = [s.total_reward for s in samples]
-    mean = sum(rewards) / len(rewards)
+    mean = _avg(rewards)
     valid = [s for s in samples if s.valid]
-
-    def avg(xs: Sequence[float]) -> float:
-        return sum(xs) / len(xs) if xs else 0.0
-
     cfs = [s.cf for s in samples if s.cf is not None]
     row: dict[str, Any] = {
         "step": step,
         "reward_mean": mean,
-        "reward_std": math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)),
-        "success_mean": avg([s.reward.success for s in samples if s.reward]),
-        "efficiency_mean": avg([s.reward.efficiency for s in samples if s.reward]),
-        "structure_mean": avg([s.reward.structure for s in samples if s.reward]),
-        "invalid_penalty_mean": avg([s.reward.invalid for s in samples if s.reward]),
+        "reward_std": math.sqrt(_avg([(r - mean) ** 2 for r in rewards])),
+        "success_mean": _avg([s.reward.success for s in samples if s.reward]),
+        "efficiency_mean": _avg([s.reward.efficiency for s in samples if s.reward]),
+        "structure_mean": _avg([s.reward.structure for s in samples if s.reward]),
+        "invalid_penalty_mean": _avg([s.reward.invalid for s in samples if s.reward]),
         "valid_rate": len(valid) / len(samples),
-        "canonical_rate": avg([1.0 if s.canonical_at is not None else 0.0 for s in valid]),
-        "accuracy": avg([1.0 if s.correct else 0.0 for s in samples]),
+        "canonical_rate": _avg([1.0 if s.canonical_at is not None else 0.0 for s in valid]),
+        "accuracy": _avg([s.success for s in samples]),
+        "groups_with_contrast": sum(1 for g in groups if len(set(g.rewards)) > 1),
+        # Collapse monitor: how many different teams the policy still writes.
+        "distinct_teams": len({render_spec(s.spec).text for s in valid if s.spec is not None}),
         "worker_tokens": sum(s.spent_tokens for s in samples) + sum(c.spent_tokens for c in cfs),
         "rollout_tokens": sum(s.spent_tokens for s in samples),
-        "cf_tokens": sum(c.spent_tokens for c in cfs),
-        "spec_tokens_mean": avg([float(s.total_tokens) for s in valid]),
+        "spec_tokens_mean": _avg([float(s.total_tokens) for s in valid]),
         "node_cache_hits": sum(s.cache_hits for s in samples) + sum(c.cache_hits for c in cfs),
-        "cf_cache_hits": sum(c.cache_hits for c in cfs),
-        "cf_count": len(cfs),
-        "cf_skipped": {k: sum(1 for s in samples if s.cf_skip == k) for k in
-                       sorted({s.cf_skip for s in samples if s.cf_skip})},
-        "completion_len_mean": avg([float(len(c.ids)) for cs in completions for c in cs]),
-        "stopped_rate": avg([1.0 if c.stopped else 0.0 for cs in completions for c in cs]),
+        "completion_len_mean": _avg([float(len(c.ids)) for cs in completions for c in cs]),
+        "stopped_rate": _avg([1.0 if c.stopped else 0.0 for cs in completions for c in cs]),
     }
-    for f in families:
-        ds = [c.delta for c in cfs if c.family == f]
-        row[f"cf_delta_mean/{f}"] = avg(ds)
-        row[f"cf_abs_delta_mean/{f}"] = avg([abs(d) for d in ds])
-        row[f"cf_n/{f}"] = len(ds)
+    row.update(_cf_metrics(samples, families))
     if sampler is not None:
-        probs = groups[0].sampler_probs or sampler.probabilities()
-        for f, p in probs.items():
+        for f, p in (groups[0].sampler_probs or sampler.probabilities()).items():
             row[f"family_prob/{f}"] = p
     return row
 
 
-def _load_model(s: TrainSettings, cfg: TrainConfig, checkpoint: Path | None) -> tuple[Any, Any]:
+def sample_rows(step: int, groups: Sequence[GroupResult]) -> list[dict[str, Any]]:
+    """What `samples.jsonl` keeps of every sampled spec: the text, validity, reward and its counterfactual."""
+    rows = []
+    for g in groups:
+        for k, s in enumerate(g.samples):
+            cf = None if s.cf is None else {"family": s.cf.family, "field": asdict(s.cf.field),
+                                            "delta": s.cf.delta, "span": [s.cf.char_start, s.cf.char_end]}
+            rows.append({"step": step, "task_id": g.task_id, "sample": k, "completion": s.completion,
+                         "valid": s.valid, "error": s.error, "reward": s.total_reward, "success": s.success,
+                         "tokens": s.total_tokens, "cf": cf, "cf_skip": s.cf_skip})
+    return rows
+
+
+# ---- the trainer -------------------------------------------------------------------------------------
+
+INVALID_HINT = ("every sampled spec was invalid (reward = invalid penalty, no gradient): the policy does not "
+                "write specs yet; start from an SFT policy (lemon sft --out runs/sft, then --policy "
+                "runs/sft/model)")
+ProgressHook = Callable[[int, dict[str, Any]], None]
+
+
+@dataclass
+class Trainer:
+    """The state of one GRPO run; `step(n)` runs the four phases of step n (see the module docstring)."""
+
+    settings: TrainSettings
+    cfg: TrainConfig
+    policy: PolicyHandle
+    executor: Executor
+    roles: RoleLibrary
+    tasks: Sequence[TrainTask]
+    optimizer: Any
+    sampler: AdaptiveFamilySampler
+    run: RunDir | None = None
+    reference: Reference | None = None
+
+    def generate(self, step: int, chosen: Sequence[TrainTask]) -> list[list[Completion]]:
+        g = self.cfg.group.group_size
+        levels = self.executor.pool.level_names
+        prompts = [self.policy.prompt_ids(policy_messages(t.prompt, self.roles, levels)) for t in chosen]
+        comps = self.policy.sample([p for p in prompts for _ in range(g)],
+                                   max_new_tokens=self.cfg.rollout.max_new_tokens,
+                                   temperature=self.cfg.rollout.temperature,
+                                   seed=stable_seed(self.settings.seed, "generate", step))
+        return [comps[k * g:(k + 1) * g] for k in range(len(chosen))]
+
+    async def rollout(self, step: int, chosen: Sequence[TrainTask],
+                      grouped: Sequence[Sequence[Completion]]) -> list[GroupResult]:
+        s = self.settings
+        settings = RolloutSettings(reward=self.cfg.reward, cf_enabled=s.cf, cf_budget=self.cfg.credit.cf_budget,
+                                   ablation=s.ablation, worker_samples=self.cfg.workers.samples)
+        return await rollout_groups(
+            self.executor, chosen, [[c.text for c in cs] for cs in grouped], roles=self.roles,
+            settings=settings, sampler=self.sampler if s.cf else None,
+            rng=random.Random(stable_seed(s.seed, "rollout", step)),
+            seeds=[stable_seed(s.seed, "worker", t.id, step) for t in chosen])
+
+    async def step(self, step: int) -> dict[str, Any]:
+        s, cfg = self.settings, self.cfg
+        t0 = time.perf_counter()
+        chosen = [self.tasks[i] for i in task_indices(step, len(self.tasks), cfg.rollout.tasks_per_step, s.seed)]
+        grouped = self.generate(step, chosen)
+        t1 = time.perf_counter()
+        groups = await self.rollout(step, chosen, grouped)
+        t2 = time.perf_counter()
+        batch = build_batch(groups, grouped, cfg.credit, cf=s.cf)
+        upd = policy_update(self.policy.model, batch, self.optimizer, cfg, self.policy.pad_id, self.reference)
+        t3 = time.perf_counter()
+        row = step_metrics(step, groups, grouped, self.sampler if s.cf else None, cfg.sampler.families)
+        row.update(upd)
+        row.update({"task_ids": [t.id for t in chosen], "gen_s": t1 - t0, "exec_s": t2 - t1,
+                    "update_s": t3 - t2, "step_s": t3 - t0})
+        if row["valid_rate"] == 0.0:
+            log.warning("step %d: %s", step, INVALID_HINT)
+        if self.run is not None:
+            self.run.append(self.run.metrics_path, [row])
+            self.run.append(self.run.samples_path, sample_rows(step, groups))
+        return row
+
+    def save(self, step: int) -> Path:
+        assert self.run is not None
+        tmp = self.run.new_checkpoint(step)
+        self.policy.save(tmp)
+        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "sampler": self.sampler.state_dict()}),
+                                                encoding="utf-8")
+        return self.run.commit_checkpoint(tmp, step, self.settings.keep_checkpoints)
+
+    def restore(self, checkpoint: Path) -> int:
+        """Load optimizer and sampler state of a checkpoint (the model was loaded from it); the next step."""
+        self.optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", weights_only=True))
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        self.sampler.load_state_dict(state["sampler"])
+        return int(state["step"]) + 1
+
+
+# ---- building a run ----------------------------------------------------------------------------------
+
+
+def _load_policy(s: TrainSettings, cfg: TrainConfig, checkpoint: Path | None) -> tuple[HFPolicy, Reference | None]:
     from lemon.train.policy import load_policy
 
     if checkpoint is None:
-        return load_policy(s.policy, lora=cfg.lora if s.lora else None)
-    if not s.lora:
-        return load_policy(str(checkpoint))
-    from peft import PeftModel
+        model, tok = load_policy(s.policy, lora=cfg.lora if s.lora else None)
+    elif not s.lora:
+        model, tok = load_policy(str(checkpoint))
+    else:
+        from peft import PeftModel
 
-    base, tok = load_policy(s.policy)
-    return PeftModel.from_pretrained(base, str(checkpoint), is_trainable=True), tok
+        base, tok = load_policy(s.policy)
+        model = PeftModel.from_pretrained(base, str(checkpoint), is_trainable=True)
+    reference = None
+    if cfg.credit.kl_beta > 0:
+        frozen = None
+        if not s.lora:
+            frozen, _ = load_policy(s.policy)
+            frozen.eval().requires_grad_(False)
+        reference = Reference(model, frozen)
+    return HFPolicy(model, tok), reference
+
+
+def worker_executor(pool: Any, roles: RoleLibrary, cfg: TrainConfig) -> Executor:
+    """The executor of training rollouts: workers sampled exactly as `lemon eval` samples them."""
+    from lemon.llm.base import GenParams
+    from lemon.runtime import Budget
+
+    base = {f: getattr(pool.defaults, f) for f in pool.defaults.__dataclass_fields__}
+    base["temperature"] = cfg.workers.temperature
+    if cfg.workers.max_tokens is not None:
+        base["max_tokens"] = cfg.workers.max_tokens
+    return Executor(pool, roles, budget=Budget(max_tokens=cfg.rollout.worker_budget_tokens),
+                    params=GenParams(**base))
 
 
 def _run_info(s: TrainSettings, cfg: TrainConfig, split: str, tasks: Sequence[TrainTask]) -> dict[str, Any]:
@@ -325,8 +450,10 @@ def _run_info(s: TrainSettings, cfg: TrainConfig, split: str, tasks: Sequence[Tr
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             versions[pkg] = None
+    data = (split_record(s.benchmark, split, tasks) if split != "custom" else
+            {"benchmark": s.benchmark, "split": split, "item_ids": [t.id for t in tasks]})
     return {"settings": settings, "ablation": s.ablation.as_dict(), "config": cfg.model_dump(mode="json"),
-            "data": split_record(s.benchmark, split, tasks), "versions": versions}
+            "data": data, "versions": versions}
 
 
 @dataclass(frozen=True)
@@ -338,130 +465,75 @@ class TrainSummary:
     last_metrics: dict[str, Any]
 
 
-ProgressHook = Callable[[int, dict[str, Any]], None]
-
-
-async def train(s: TrainSettings, *, tasks: Sequence[TrainTask] | None = None, split: str | None = None,
-                on_step: ProgressHook | None = None) -> TrainSummary:
-    """Run (or resume) GRPO training; see the module docstring. `tasks` overrides the benchmark's split."""
-    from lemon.llm.pools import load_pool
-    from lemon.runtime import Budget, Executor
-
-    if s.threads:
-        torch.set_num_threads(s.threads)
-    cfg = effective_config(s)
+def _check_ablation(s: TrainSettings) -> None:
     if s.ablation.fixed_capacity is not None:
         from lemon.llm.pools import pool_level_names
 
         if s.ablation.fixed_capacity not in pool_level_names(s.pool):
             raise ConfigError(f"--fixed-capacity {s.ablation.fixed_capacity!r} is not a level of pool "
                               f"{s.pool!r}; valid: {', '.join(pool_level_names(s.pool))}")
-    run_dir = s.run_dir
-    ckpts = checkpoint_dirs(run_dir)
-    if (run_dir / RUN_INFO).exists() and not s.resume:
-        raise LemonError(f"run directory {run_dir} already holds a run; pass --resume to continue it or "
-                         "choose another --run-dir")
-    if s.resume and not ckpts:
-        raise LemonError(f"--resume: no complete checkpoint under {run_dir / CHECKPOINTS}")
+
+
+async def _open_trainer(s: TrainSettings, tasks: Sequence[TrainTask], split: str) -> tuple[Trainer, int]:
+    """Load (or resume) everything a run needs; returns the trainer and its first step."""
+    from lemon.llm.pools import load_pool
+
+    cfg = effective_config(s)
+    _check_ablation(s)
+    run = RunDir(s.run_dir)
+    checkpoint = run.open(_run_info(s, cfg, split, tasks), [t.id for t in tasks], resume=s.resume)
+    policy, reference = _load_policy(s, cfg, checkpoint)
+    optimizer = torch.optim.AdamW(_trainable(policy.model), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    sampler = AdaptiveFamilySampler.from_config(cfg.sampler, seed=stable_seed(s.seed, "sampler"))
+    roles = RoleLibrary.load()
+    pool = load_pool(s.pool, cache=s.cache)
+    trainer = Trainer(s, cfg, policy, worker_executor(pool, roles, cfg), roles, tasks, optimizer, sampler,
+                      run=run, reference=reference)
+    start = 1 if checkpoint is None else trainer.restore(checkpoint)
+    if checkpoint is not None:
+        log.info("resuming %s from step %d", s.run_dir, start - 1)
+    return trainer, start
+
+
+async def train(s: TrainSettings, *, tasks: Sequence[TrainTask] | None = None, split: str | None = None,
+                on_step: ProgressHook | None = None) -> TrainSummary:
+    """Run (or resume) GRPO training; see the module docstring. `tasks` overrides the benchmark's split."""
+    if s.threads:
+        torch.set_num_threads(s.threads)
     if tasks is None:
         split, tasks = load_train_tasks(s.benchmark, limit=s.limit_tasks, data_dir=s.data_dir)
-    split = split or "custom"
-    tasks = list(tasks)
-    info_path = run_dir / RUN_INFO
-    if s.resume:
-        info = json.loads(info_path.read_text(encoding="utf-8"))
-        if info["data"]["item_ids"] != [t.id for t in tasks]:
-            raise LemonError(f"--resume: the training items differ from those recorded in {info_path}; "
-                             "use the same --benchmark/--limit-tasks")
-    else:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        info = _run_info(s, cfg, split, tasks) if split != "custom" else {
-            "settings": {"run_dir": str(run_dir)}, "config": cfg.model_dump(mode="json"),
-            "data": {"benchmark": s.benchmark, "split": split, "item_ids": [t.id for t in tasks]}}
-        info_path.write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
-
-    checkpoint = ckpts[-1][1] if s.resume else None
-    model, tok = _load_model(s, cfg, checkpoint)
-    ref_model = None
-    if cfg.credit.kl_beta > 0:
-        from lemon.train.policy import load_policy
-
-        ref_model, _ = load_policy(s.policy)
-        ref_model.eval().requires_grad_(False)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-    sampler = AdaptiveFamilySampler.from_config(cfg.sampler, seed=stable_seed(s.seed, "sampler"))
-    start = 1
-    if checkpoint is not None:
-        optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", weights_only=True))
-        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
-        sampler.load_state_dict(state["sampler"])
-        rng = torch.load(checkpoint / "rng.pt", weights_only=False)
-        torch.set_rng_state(rng["torch"])
-        random.setstate(rng["python"])
-        start = int(state["step"]) + 1
-        _truncate_metrics(run_dir / METRICS, start - 1)
-        log.info("resuming %s from step %d", run_dir, start - 1)
-
-    pool = load_pool(s.pool, cache=s.cache)
-    roles = RoleLibrary.load()
-    executor = Executor(pool, roles, budget=Budget(max_tokens=cfg.rollout.worker_budget_tokens))
-    levels = pool.level_names
-    settings = RolloutSettings(reward=cfg.reward, cf_enabled=s.cf, cf_budget=cfg.credit.cf_budget,
-                               ablation=s.ablation)
-    pad_id = tok.pad_token_id
-    g = cfg.group.group_size
+    trainer, start = await _open_trainer(s, list(tasks), split or "custom")
     last: dict[str, Any] = {}
+    all_invalid = 0
     try:
         for step in range(start, s.steps + 1):
-            t0 = time.perf_counter()
-            chosen = [tasks[i] for i in task_indices(step, len(tasks), cfg.rollout.tasks_per_step, s.seed)]
-            prompts = [chat_prompt_ids(tok, policy_messages(t.prompt, roles, levels)) for t in chosen]
-            rows = [p for p in prompts for _ in range(g)]
-            comps = generate(model, tok, rows, max_new_tokens=cfg.rollout.max_new_tokens,
-                             temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                             seed=stable_seed(s.seed, "generate", step), batch_size=max(g, 8))
-            grouped = [comps[k * g:(k + 1) * g] for k in range(len(chosen))]
-            t1 = time.perf_counter()
-            rng = random.Random(stable_seed(s.seed, "rollout", step))
-            groups = list(await asyncio.gather(*(
-                rollout_group(executor, t, [c.text for c in cs], roles=roles, settings=settings,
-                              sampler=sampler if s.cf else None, rng=random.Random(rng.random()),
-                              seed=stable_seed(s.seed, "worker", t.id))
-                for t, cs in zip(chosen, grouped, strict=True))))
-            t2 = time.perf_counter()
-            batch = build_batch(groups, grouped, cfg.credit.cf_weight if s.cf else 0.0)
-            upd = policy_update(model, ref_model, batch, optimizer, cfg, pad_id)
-            t3 = time.perf_counter()
-            row = step_metrics(step, groups, grouped, sampler if s.cf else None, cfg.sampler.families)
-            row.update(upd)
-            row.update({"task_ids": [t.id for t in chosen], "gen_s": t1 - t0, "exec_s": t2 - t1,
-                        "update_s": t3 - t2, "step_s": t3 - t0})
-            with (run_dir / METRICS).open("a", encoding="utf-8") as fh:
-                fh.write(json.dumps(row) + "\n")
-            last = row
+            last = await trainer.step(step)
+            all_invalid = all_invalid + 1 if last["valid_rate"] == 0.0 else 0
             if step % s.save_every == 0 or step == s.steps:
-                save_checkpoint(run_dir, step, model, tok, optimizer, sampler, s.keep_checkpoints)
+                trainer.save(step)
             if on_step is not None:
-                on_step(step, row)
+                on_step(step, last)
+            if all_invalid >= 2 and step == start + 1:
+                raise LemonError(f"steps {start}-{step}: {INVALID_HINT}")
     finally:
-        await pool.aclose()
-    final = run_dir / "final"
-    export_final(model, tok, final)
-    return TrainSummary(run_dir, start, s.steps, final, last)
+        await trainer.executor.pool.aclose()
+    final = s.run_dir / "final"
+    export_final(trainer.policy, final)
+    return TrainSummary(s.run_dir, start, s.steps, final, last)
 
 
-def export_final(model: Any, tokenizer: Any, target: Path) -> None:
+def export_final(policy: HFPolicy | PolicyHandle, target: Path) -> None:
     """Save the trained policy as a plain HF directory (LoRA merged), atomically."""
+    import copy
+    import os
+    import shutil
+
     tmp = target.with_name(f".{target.name}-tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
-    out = model
+    model = policy.model
     if hasattr(model, "merge_and_unload"):
-        import copy
-
-        out = copy.deepcopy(model).merge_and_unload()
-    out.save_pretrained(str(tmp), safe_serialization=True)
-    tokenizer.save_pretrained(str(tmp))
+        policy = HFPolicy(copy.deepcopy(model).merge_and_unload(), policy.tokenizer)  # type: ignore[union-attr]
+    policy.save(tmp)
     if target.exists():
         shutil.rmtree(target)
     os.rename(tmp, target)

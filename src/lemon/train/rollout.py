@@ -1,22 +1,27 @@
-"""Rollouts of one GRPO group: parse the sampled specs, execute them, score them, run counterfactuals.
+"""Rollouts of GRPO groups in three named phases: score, plan counterfactuals, run them.
 
 No torch here: this is the part the trainer and `benchmarks/bench_train.py` share, so the measured token
-cost of counterfactual credit is the cost of exactly the code that trains. Per group (one task, G sampled
-completions):
+cost of counterfactual credit is the cost of exactly the code that trains. For the groups of one step (one
+task each, G sampled completions):
 
-1. Each completion is read strictly (`strict_spec`: parse + validate as written, no repair). An invalid one
-   gets the invalid penalty, is not executed and gets no counterfactual.
-2. Ablation overrides (`Ablation`) rewrite the valid specs (fixed roles / capacity / structure), then all
-   of them run concurrently through ONE node cache shared by the group, with the same worker seed, so an
-   agent two specs have in common (same role, duty, level and parents' outputs) is computed once.
-3. Counterfactuals (unless disabled): valid specs are visited in a seeded random order; for each, an edit
-   family is drawn by the adaptive sampler among the families with an applicable field, a field is drawn
-   uniformly, and the edited spec is re-executed through the same node cache, so only the edited agent and
-   its descendants are recomputed. Δ = r(original) - r(edited). A re-run whose estimated cost would exceed
-   the group's counterfactual budget (`credit.cf_budget`) is skipped.
-4. The credit lands on the character span of the edited field in the ORIGINAL completion: the canonical
-   rendering of the parsed spec must occur verbatim in the completion (it does whenever the policy wrote the
-   canonical format it is trained on); a valid spec written in another layout gets no counterfactual.
+1. **score** (`score_group`, all groups concurrently): each completion is read strictly (`strict_spec`:
+   parse + validate as written, no repair); an invalid one gets the invalid penalty, is not executed and
+   gets no counterfactual. Ablation overrides (`Ablation`) rewrite the valid specs, then all of them run
+   through ONE node cache per group, under `worker_samples` worker seeds each (the same seeds for every spec
+   of the group), so an agent two specs share is computed once and the success term is the mean over seeds.
+2. **plan** (`plan_counterfactuals`, sequentially in task order, so the shared adaptive sampler is drawn in
+   a fixed order and `--resume` reproduces the run): valid specs are visited in a seeded order; for each, a
+   family is drawn among those with an applicable field THAT REACHES THE OUTPUT (an edit of an agent the
+   runtime prunes changes nothing but the edge cost, and would teach the sampler to avoid a family for the
+   wrong reason), a field is drawn uniformly, and the re-run is planned unless its estimated cost would
+   exceed the group's counterfactual budget (`credit.cf_budget`).
+3. **run** (`run_counterfactuals`, concurrently): each edited spec re-executes through its group's node
+   cache under the same seeds, so only the edited agent and its descendants are recomputed.
+   Δ = r(original) - r(edited); the sampler is updated in plan order.
+
+The credit lands on the character span of the edited field in the ORIGINAL completion: the canonical
+rendering of the parsed spec must occur verbatim in the completion (it does whenever the policy wrote the
+canonical format it is trained on); a valid spec written in another layout gets no counterfactual.
 """
 
 from __future__ import annotations
@@ -31,14 +36,14 @@ from typing import Literal
 from lemon.errors import SpecError
 from lemon.orchestrator.policy_prompt import strict_spec
 from lemon.runtime import Executor, NodeCache, RunResult
-from lemon.runtime.executor import required_agents
-from lemon.spec.edits import applicable_edits, apply_edit
+from lemon.runtime.executor import derive_seed, required_agents
+from lemon.spec.edits import Edit, applicable_edits, apply_edit, change_capacity
 from lemon.spec.model import Spec
 from lemon.spec.render import FieldRef, render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
 from lemon.train.config import RewardConfig
-from lemon.train.reward import RewardBreakdown, compute_reward
+from lemon.train.reward import RewardBreakdown, compute_reward, invalid_reward
 from lemon.train.sampler import AdaptiveFamilySampler
 from lemon.train.tasks import TrainTask, is_correct
 
@@ -84,7 +89,7 @@ class Ablation:
         """The counterfactual families that still mean something under this ablation."""
         off = {"role"} if self.fixed_roles else set()
         if self.fixed_capacity:
-            off.add("capacity")
+            off.update(("capacity", "level"))
         if self.fixed_structure:
             off.add("edge")
         return tuple(f for f in families if f not in off)
@@ -118,11 +123,13 @@ class Sample:
     valid: bool
     error: str | None = None
     spec: Spec | None = None              # the spec as executed (after ablation overrides)
+    parsed: Spec | None = None            # the spec as written (its canonical text carries the spans)
     reward: RewardBreakdown | None = None
-    correct: bool = False
+    correct: bool = False                 # every worker seed answered right
+    success: float = 0.0                  # fraction of worker seeds that answered right
     status: str = "invalid"
-    total_tokens: int = 0                  # intrinsic cost of the spec (cache hits included)
-    spent_tokens: int = 0                  # computed in this rollout
+    total_tokens: int = 0                  # intrinsic cost of the spec per execution (cache hits included)
+    spent_tokens: int = 0                  # computed in this rollout (all worker seeds)
     cache_hits: int = 0
     calls: int = 0
     canonical_at: int | None = None        # where the canonical text starts in the completion, if it does
@@ -149,22 +156,59 @@ class GroupResult:
 
 @dataclass(frozen=True)
 class RolloutSettings:
-    """What the rollout needs besides the executor: reward coefficients, credit switches, seeds."""
+    """What the rollout needs besides the executor: reward coefficients, credit switches, worker seeds."""
 
     reward: RewardConfig
     cf_enabled: bool = True
     cf_budget: float | None = 0.2
     ablation: Ablation = Ablation()
+    worker_samples: int = 1
+
+
+@dataclass(frozen=True)
+class PlannedEdit:
+    """A counterfactual chosen in the plan phase, waiting to be executed."""
+
+    sample: int                # index of the sample in its group
+    family: str
+    field: FieldRef
+    edited: Spec
+    estimated_tokens: int
+    char_start: int            # the field's span in the ORIGINAL completion
+    char_end: int
+
+
+@dataclass
+class GroupState:
+    """What the phases of one group share: the task, its node cache, the worker seeds, the original runs."""
+
+    task: TrainTask
+    result: GroupResult
+    cache: NodeCache
+    seeds: tuple[int, ...]
+    runs: dict[int, list[RunResult]] = field(default_factory=dict)
+    plans: list[PlannedEdit] = field(default_factory=list)
 
 
 def n_edges(spec: Spec) -> int:
     return sum(len(a.depends_on) for a in spec.agents)
 
 
+def worker_seeds(seed: int, samples: int) -> tuple[int, ...]:
+    """The worker seeds of a group: `seed` itself first, so one sample reproduces the one-seed runs."""
+    return (seed, *tuple(derive_seed(seed, f"worker-sample-{k}") for k in range(1, samples)))
+
+
 def _spans_in_completion(parsed: Spec, completion: str) -> int | None:
     """Offset of the canonical text of `parsed` inside the completion, or None if it was written otherwise."""
     idx = completion.find(render_spec(parsed).text)
     return idx if idx >= 0 else None
+
+
+def live_fields(spec: Spec, refs: Sequence[FieldRef]) -> list[FieldRef]:
+    """The fields whose agent reaches the output (for an edge, its child; the parent then does too)."""
+    live = required_agents(spec)
+    return [r for r in refs if r.agent in live]
 
 
 def estimate_rerun_tokens(spec: Spec, ref: FieldRef, edited: Spec, original: RunResult,
@@ -187,106 +231,169 @@ def estimate_rerun_tokens(spec: Spec, ref: FieldRef, edited: Spec, original: Run
     return sum(int(tokens[a]["prompt"]) + int(tokens[a]["completion"]) for a in affected if a in tokens)
 
 
-async def _execute(executor: Executor, spec: Spec, task: TrainTask, cache: NodeCache,
-                   seed: int) -> tuple[RunResult, bool]:
-    run = await executor.run(spec, task.prompt, seed=seed, vote_key=task.vote_key, task_id=task.id,
-                             node_cache=cache)
-    correct = run.status == "ok" and await is_correct(task, run.answer)
-    return run, correct
+async def _execute(executor: Executor, spec: Spec, state: GroupState) -> tuple[list[RunResult], list[bool]]:
+    """Run `spec` once per worker seed of the group (through its node cache); grade every run."""
+    task = state.task
+    runs = await asyncio.gather(*(executor.run(spec, task.prompt, seed=s, vote_key=task.vote_key,
+                                               task_id=task.id, node_cache=state.cache) for s in state.seeds))
+    graded = await asyncio.gather(*(is_correct(task, r.answer) if r.status == "ok" else _false() for r in runs))
+    return list(runs), list(graded)
 
 
-def _score(run: RunResult, correct: bool, spec: Spec, cfg: RewardConfig) -> RewardBreakdown:
-    return compute_reward(correct if run.status == "ok" else None, run.total_tokens, len(spec.agents),
-                          n_edges(spec), True, cfg)
+async def _false() -> bool:
+    return False
+
+
+def _score(runs: Sequence[RunResult], correct: Sequence[bool], spec: Spec, cfg: RewardConfig) -> RewardBreakdown:
+    success = sum(correct) / len(correct)
+    tokens = sum(r.total_tokens for r in runs) / len(runs)
+    return compute_reward(cfg, success=success, tokens=tokens, n_agents=len(spec.agents), n_edges=n_edges(spec))
+
+
+def _read_completions(completions: Sequence[str], roles: RoleLibrary, levels: Sequence[str],
+                      settings: RolloutSettings) -> list[Sample]:
+    samples = []
+    for text in completions:
+        res = strict_spec(text, roles, levels)
+        if res.spec is None or res.parsed is None:
+            samples.append(Sample(completion=text, valid=False, error=res.error,
+                                  reward=invalid_reward(settings.reward)))
+            continue
+        try:
+            spec = settings.ablation.apply(res.spec, roles, levels)
+        except SpecError as exc:  # cannot happen for a valid spec; kept loud rather than silent
+            raise SpecError(f"ablation produced an invalid spec: {exc}") from None
+        samples.append(Sample(completion=text, valid=True, spec=spec, parsed=res.parsed,
+                              canonical_at=_spans_in_completion(res.parsed, text)))
+    return samples
+
+
+async def score_group(executor: Executor, task: TrainTask, completions: Sequence[str], *,
+                      roles: RoleLibrary, settings: RolloutSettings, seed: int = 0) -> GroupState:
+    """Phase 1: read, execute and reward every completion of one group."""
+    samples = _read_completions(completions, roles, executor.pool.level_names, settings)
+    state = GroupState(task=task, result=GroupResult(task_id=task.id, samples=samples), cache=NodeCache(),
+                       seeds=worker_seeds(seed, settings.worker_samples))
+    valid_idx = [i for i, s in enumerate(samples) if s.valid]
+    executed = await asyncio.gather(*(_execute(executor, samples[i].spec, state)  # type: ignore[arg-type]
+                                      for i in valid_idx))
+    for i, (runs, correct) in zip(valid_idx, executed, strict=True):
+        s = samples[i]
+        assert s.spec is not None
+        state.runs[i] = runs
+        s.success, s.correct = sum(correct) / len(correct), all(correct)
+        s.status = runs[0].status if all(r.status == runs[0].status for r in runs) else "mixed"
+        s.total_tokens = round(sum(r.total_tokens for r in runs) / len(runs))
+        s.spent_tokens = sum(r.spent_tokens for r in runs)
+        s.cache_hits, s.calls = sum(r.cache_hits for r in runs), sum(r.calls for r in runs)
+        s.reward = _score(runs, correct, s.spec, settings.reward)
+    return state
+
+
+def _edit_options(s: Sample, allowed: Sequence[str], levels: Sequence[str]) -> dict[str, list[FieldRef]]:
+    """Per family, the fields of the executed spec that have a span in the completion and reach the output."""
+    assert s.spec is not None and s.parsed is not None
+    spans = render_spec(s.parsed).spans
+    options = {f: [r for r in live_fields(s.spec, applicable_edits(s.spec, f, levels))  # type: ignore[arg-type]
+                   if r in spans] for f in allowed}
+    return {f: refs for f, refs in options.items() if refs}
+
+
+def _edit(spec: Spec, family: str, ref: FieldRef, levels: Sequence[str], rng: random.Random) -> Edit:
+    """The edit of `family` on field `ref`; `level` draws its target uniformly among the other levels."""
+    if family == "level":
+        current = spec.agent(ref.agent).capacity
+        return change_capacity(spec, ref.agent, rng.choice([lv for lv in levels if lv != current]), levels)
+    return apply_edit(spec, ref, levels)
+
+
+def plan_counterfactuals(state: GroupState, executor: Executor, *, roles: RoleLibrary,
+                         settings: RolloutSettings, sampler: AdaptiveFamilySampler,
+                         rng: random.Random) -> list[PlannedEdit]:
+    """Phase 2: choose at most one edit per valid spec, within the group's counterfactual budget."""
+    levels = executor.pool.level_names
+    samples = state.result.samples
+    valid_idx = [i for i, s in enumerate(samples) if s.valid]
+    state.result.sampler_probs = sampler.probabilities()
+    budget = None if settings.cf_budget is None else settings.cf_budget * sum(
+        samples[i].total_tokens * len(state.seeds) for i in valid_idx)
+    state.result.cf_budget_tokens = budget
+    used = 0
+    order = list(valid_idx)
+    rng.shuffle(order)
+    for i in order:
+        s = samples[i]
+        assert s.spec is not None and s.parsed is not None
+        if s.canonical_at is None:
+            s.cf_skip = "not canonical"
+            continue
+        options = _edit_options(s, settings.ablation.families(sampler.families), levels)
+        if not options:
+            s.cf_skip = "no applicable live edit"
+            continue
+        family = sampler.sample(options)
+        ref = rng.choice(options[family])
+        try:
+            edited = validate_spec(_edit(s.spec, family, ref, levels, rng).spec, roles, levels)
+        except SpecError as exc:  # e.g. a vote agent losing its last parent
+            s.cf_skip = f"edit invalid: {exc}"
+            continue
+        cost = sum(estimate_rerun_tokens(s.spec, ref, edited, run, executor) for run in state.runs[i])
+        if budget is not None and used + cost > budget:
+            s.cf_skip = "over budget"
+            continue
+        used += cost
+        span = render_spec(s.parsed).spans[ref]
+        state.plans.append(PlannedEdit(i, family, ref, edited, cost, s.canonical_at + span.start,
+                                       s.canonical_at + span.end))
+    return state.plans
+
+
+async def run_counterfactuals(state: GroupState, executor: Executor,
+                              settings: RolloutSettings) -> list[tuple[PlannedEdit, float]]:
+    """Phase 3: execute the planned edits through the group's node cache; record Δ on each sample."""
+    executed = await asyncio.gather(*(_execute(executor, p.edited, state) for p in state.plans))
+    deltas = []
+    for plan, (runs, correct) in zip(state.plans, executed, strict=True):
+        s = state.result.samples[plan.sample]
+        edited_reward = _score(runs, correct, plan.edited, settings.reward)
+        delta = s.total_reward - edited_reward.total
+        s.cf = Counterfactual(family=plan.family, field=plan.field, char_start=plan.char_start,
+                              char_end=plan.char_end, delta=delta, edited_reward=edited_reward.total,
+                              spent_tokens=sum(r.spent_tokens for r in runs), estimated_tokens=plan.estimated_tokens,
+                              cache_hits=sum(r.cache_hits for r in runs), calls=sum(r.calls for r in runs))
+        deltas.append((plan, delta))
+    return deltas
+
+
+async def rollout_groups(executor: Executor, tasks: Sequence[TrainTask],
+                         completions: Sequence[Sequence[str]], *, roles: RoleLibrary,
+                         settings: RolloutSettings, sampler: AdaptiveFamilySampler | None,
+                         rng: random.Random, seeds: Sequence[int]) -> list[GroupResult]:
+    """The three phases over the groups of one step; plans and sampler updates in task order."""
+    states = list(await asyncio.gather(*(
+        score_group(executor, t, cs, roles=roles, settings=settings, seed=sd)
+        for t, cs, sd in zip(tasks, completions, seeds, strict=True))))
+    if settings.cf_enabled and sampler is not None:
+        for state in states:
+            plan_counterfactuals(state, executor, roles=roles, settings=settings, sampler=sampler,
+                                 rng=random.Random(rng.random()))
+        done = await asyncio.gather(*(run_counterfactuals(st, executor, settings) for st in states))
+        for deltas in done:
+            for plan, delta in deltas:
+                sampler.update(plan.family, delta)
+    else:
+        for st in states:
+            for smp in st.result.samples:
+                smp.cf_skip = "disabled" if smp.valid else None
+    return [st.result for st in states]
 
 
 async def rollout_group(executor: Executor, task: TrainTask, completions: Sequence[str], *,
                         roles: RoleLibrary, settings: RolloutSettings,
                         sampler: AdaptiveFamilySampler | None, rng: random.Random,
                         seed: int = 0) -> GroupResult:
-    """Score one group of completions for `task` (see the module docstring for the exact procedure)."""
-    levels = executor.pool.level_names
-    samples: list[Sample] = []
-    parsed_specs: list[Spec | None] = []
-    for text in completions:
-        res = strict_spec(text, roles, levels)
-        if res.spec is None or res.parsed is None:
-            samples.append(Sample(completion=text, valid=False, error=res.error,
-                                  reward=compute_reward(None, 0, 0, 0, False, settings.reward)))
-            parsed_specs.append(None)
-            continue
-        try:
-            spec = settings.ablation.apply(res.spec, roles, levels)
-        except SpecError as exc:  # cannot happen for a valid spec; kept loud rather than silent
-            raise SpecError(f"ablation produced an invalid spec: {exc}") from None
-        samples.append(Sample(completion=text, valid=True, spec=spec,
-                              canonical_at=_spans_in_completion(res.parsed, text)))
-        parsed_specs.append(res.parsed)
-
-    cache = NodeCache()
-    valid_idx = [i for i, s in enumerate(samples) if s.valid]
-    runs = await asyncio.gather(*(_execute(executor, samples[i].spec, task, cache, seed)  # type: ignore[arg-type]
-                                  for i in valid_idx))
-    originals: dict[int, RunResult] = {}
-    for i, (run, correct) in zip(valid_idx, runs, strict=True):
-        s = samples[i]
-        assert s.spec is not None
-        originals[i] = run
-        s.correct, s.status = correct, run.status
-        s.total_tokens, s.spent_tokens, s.cache_hits, s.calls = (run.total_tokens, run.spent_tokens,
-                                                                  run.cache_hits, run.calls)
-        s.reward = _score(run, correct, s.spec, settings.reward)
-
-    group = GroupResult(task_id=task.id, samples=samples)
-    if not settings.cf_enabled or sampler is None or not valid_idx:
-        for i in valid_idx:
-            samples[i].cf_skip = "disabled" if not settings.cf_enabled or sampler is None else None
-        return group
-    group.sampler_probs = sampler.probabilities()
-    budget = None if settings.cf_budget is None else settings.cf_budget * sum(
-        samples[i].total_tokens for i in valid_idx)
-    group.cf_budget_tokens = budget
-    planned: list[tuple[int, str, FieldRef, Spec, int, int, int]] = []
-    used = 0
-    order = list(valid_idx)
-    rng.shuffle(order)
-    for i in order:
-        s, parsed = samples[i], parsed_specs[i]
-        assert s.spec is not None and parsed is not None
-        if s.canonical_at is None:
-            s.cf_skip = "not canonical"
-            continue
-        spans = render_spec(parsed).spans
-        allowed = settings.ablation.families(sampler.families)
-        options = {f: [r for r in applicable_edits(s.spec, f, levels) if r in spans]  # type: ignore[arg-type]
-                   for f in allowed}
-        options = {f: refs for f, refs in options.items() if refs}
-        if not options:
-            s.cf_skip = "no applicable edit"
-            continue
-        family = sampler.sample(options)
-        ref = rng.choice(options[family])
-        try:
-            edited = validate_spec(apply_edit(s.spec, ref, levels).spec, roles, levels)
-        except SpecError as exc:  # e.g. a vote agent losing its last parent
-            s.cf_skip = f"edit invalid: {exc}"
-            continue
-        cost = estimate_rerun_tokens(s.spec, ref, edited, originals[i], executor)
-        if budget is not None and used + cost > budget:
-            s.cf_skip = "over budget"
-            continue
-        used += cost
-        span = spans[ref]
-        planned.append((i, family, ref, edited, cost, s.canonical_at + span.start, s.canonical_at + span.end))
-
-    reruns = await asyncio.gather(*(_execute(executor, p[3], task, cache, seed) for p in planned))
-    for (i, family, ref, edited, cost, start, end), (run, correct) in zip(planned, reruns, strict=True):
-        s = samples[i]
-        edited_reward = _score(run, correct, edited, settings.reward)
-        delta = s.total_reward - edited_reward.total
-        sampler.update(family, delta)
-        s.cf = Counterfactual(family=family, field=ref, char_start=start, char_end=end, delta=delta,
-                              edited_reward=edited_reward.total, spent_tokens=run.spent_tokens,
-                              estimated_tokens=cost, cache_hits=run.cache_hits, calls=run.calls)
-    return group
-
+    """One group through the three phases (what `benchmarks/bench_train.py` measures)."""
+    groups = await rollout_groups(executor, [task], [completions], roles=roles, settings=settings,
+                                  sampler=sampler, rng=rng, seeds=[seed])
+    return groups[0]

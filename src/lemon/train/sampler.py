@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lemon.errors import ConfigError
-from lemon.train.config import FAMILIES, SamplerConfig
+from lemon.train.config import DEFAULT_FAMILIES, SamplerConfig
 
 
 def _mean(values: Iterable[float]) -> float:
@@ -34,7 +34,7 @@ class AdaptiveFamilySampler:
     when every score is zero the mix is uniform. Every probability is >= floor by construction.
     """
 
-    def __init__(self, families: Iterable[str] = FAMILIES, floor: float = 0.1, window: int = 64,
+    def __init__(self, families: Iterable[str] = DEFAULT_FAMILIES, floor: float = 0.1, window: int = 64,
                  seed: int = 0) -> None:
         self.families: tuple[str, ...] = tuple(families)
         if not self.families or len(set(self.families)) != len(self.families):

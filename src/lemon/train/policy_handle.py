@@ -1,0 +1,77 @@
+"""What the trainer needs of a policy, as one small protocol, and its Hugging Face implementation.
+
+The trainer samples completions, scores them teacher-forced (`generation.batch_logprobs` calls the module's
+forward), and saves checkpoints; nothing else. Keeping that behind `PolicyHandle` lets the learning-dynamics
+tests and `benchmarks/bench_learning.py` drive the REAL trainer (batching, credit, loss, optimiser) with a
+small simulated policy (`lemon.train.simulate.SlotPolicy`), and lets the KL reference of a LoRA policy be the
+same model with its adapter switched off instead of a second full copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from lemon.train.generation import Completion, batch_logprobs, chat_prompt_ids, generate
+
+
+class PolicyHandle(Protocol):
+    model: Any          # a torch module whose forward `batch_logprobs` can call
+    pad_id: int
+
+    def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]: ...
+
+    def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float,
+               seed: int) -> list[Completion]: ...
+
+    def save(self, target: Path) -> None: ...
+
+
+@dataclass
+class HFPolicy:
+    """An HF causal LM and its tokenizer (full fine-tune, or with a peft LoRA adapter)."""
+
+    model: Any
+    tokenizer: Any
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.tokenizer.pad_token_id)
+
+    def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        return chat_prompt_ids(self.tokenizer, messages)
+
+    def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float,
+               seed: int) -> list[Completion]:
+        return generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
+                        temperature=temperature, seed=seed, batch_size=max(8, min(len(prompts), 32)))
+
+    def save(self, target: Path) -> None:
+        self.model.save_pretrained(str(target), safe_serialization=True)
+        self.tokenizer.save_pretrained(str(target))
+
+
+class Reference:
+    """Log-probs of the frozen reference policy for the KL term.
+
+    With LoRA the reference is the base model, i.e. the SAME module with its adapter disabled (no second
+    copy in memory); for a full fine-tune it is a frozen copy loaded once.
+    """
+
+    def __init__(self, policy_model: Any, frozen: Any | None) -> None:
+        self.policy_model = policy_model
+        self.frozen = frozen
+        if frozen is None and not hasattr(policy_model, "disable_adapter"):
+            raise ValueError("a reference needs a frozen model, or a peft model whose adapter can be disabled")
+
+    @torch.no_grad()
+    def logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
+                 temperature: float) -> torch.Tensor:
+        if self.frozen is not None:
+            return batch_logprobs(self.frozen, prompts, completions, pad_id, temperature)[0]
+        with self.policy_model.disable_adapter():
+            return batch_logprobs(self.policy_model, prompts, completions, pad_id, temperature)[0]

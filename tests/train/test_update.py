@@ -1,0 +1,140 @@
+"""The credit and update phases: one scale for both advantage terms, no step without signal, eval-mode
+loss, the LoRA reference without a second model copy, and inference stopping as training does."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.train
+torch = pytest.importorskip("torch")
+
+from lemon.spec.render import FieldRef  # noqa: E402
+from lemon.train.config import CreditConfig, TrainConfig  # noqa: E402
+from lemon.train.credit import counterfactual_advantages  # noqa: E402
+from lemon.train.generation import Completion  # noqa: E402
+from lemon.train.grpo import StepBatch, build_batch, policy_update  # noqa: E402
+from lemon.train.policy_handle import Reference  # noqa: E402
+from lemon.train.reward import RewardBreakdown  # noqa: E402
+from lemon.train.rollout import Counterfactual, GroupResult, Sample  # noqa: E402
+from lemon.train.simulate import SlotPolicy  # noqa: E402
+
+
+def _sample(total: float, cf: Counterfactual | None = None) -> Sample:
+    s = Sample(completion="x" * 20, valid=True, canonical_at=0, cf=cf)
+    s.reward = RewardBreakdown(total, max(total, 0.0), 0.0, 0.0, 0.0, True)
+    return s
+
+
+@pytest.mark.parametrize("mode", ["none", "batch_std", "group_std"])
+def test_counterfactual_and_group_advantage_share_one_scale(mode: str) -> None:
+    """Review item 2: a delta of one flipped success weighs what one solved spec weighs in its group."""
+    cf = Counterfactual("capacity", FieldRef("capacity", "a"), 3, 4, delta=1.0, edited_reward=0.0,
+                        spent_tokens=1, estimated_tokens=1, cache_hits=0, calls=1)
+    group = GroupResult("t", [_sample(1.0, cf), _sample(0.0), _sample(0.0), _sample(0.0)])
+    comp = Completion([1], list(range(20)), "x" * 20, [(i, i + 1) for i in range(20)], stopped=True)
+    batch = build_batch([group], [[comp] * 4], CreditConfig(cf_weight=1.0, advantage_scale=mode))  # type: ignore[arg-type]
+    gap = batch.advantages[0] - batch.advantages[1]  # what solving the task is worth in this group
+    (term,) = batch.cf_terms[0]
+    span_total = float(counterfactual_advantages(20, [term]).sum())
+    assert span_total == pytest.approx(gap)
+
+
+def _cfg(**credit: Any) -> TrainConfig:
+    return TrainConfig.model_validate({"credit": {"kl_beta": 0.04, **credit}, "optim": {"lr": 0.1}})
+
+
+def _batch(policy: SlotPolicy, advantage: float) -> StepBatch:
+    (comp,) = policy.sample([[0]], max_new_tokens=32, temperature=1.0, seed=0)
+    return StepBatch([comp.prompt_ids], [comp.ids], [advantage], [[]])
+
+
+def test_no_step_on_a_batch_without_signal_even_with_kl() -> None:
+    """Review item 7: Adam's momentum must not keep moving the policy on all-zero batches."""
+    policy = SlotPolicy.create()
+    opt = torch.optim.Adam(policy.model.parameters(), lr=0.1)
+    ref = Reference(policy.model, copy.deepcopy(policy.model))
+    cfg = _cfg()
+    assert policy_update(policy.model, _batch(policy, 1.0), opt, cfg, 0, ref)["updated"] == 1.0
+    before = policy.model.theta.detach().clone()
+    stats = policy_update(policy.model, _batch(policy, 0.0), opt, cfg, 0, ref)
+    assert stats["updated"] == 0.0
+    assert torch.equal(policy.model.theta.detach(), before)
+
+
+def test_update_reports_weight_change_and_entropy() -> None:
+    policy = SlotPolicy.create()
+    opt = torch.optim.Adam(policy.model.parameters(), lr=0.1)
+    stats = policy_update(policy.model, _batch(policy, 1.0), opt, _cfg(kl_beta=0.0), 0)
+    assert stats["weight_change"] > 0 and stats["entropy"] > 0
+
+
+def test_loss_is_computed_in_eval_mode() -> None:
+    """Review item 6: generation runs without dropout, so the scored forward must too."""
+    policy = SlotPolicy.create()
+    seen: list[bool] = []
+    policy.model.register_forward_pre_hook(lambda mod, args: seen.append(mod.training))
+    policy.model.train()
+    policy_update(policy.model, _batch(policy, 1.0), torch.optim.SGD(policy.model.parameters(), lr=0.1),
+                  _cfg(kl_beta=0.0), 0)
+    assert seen == [False]
+    assert policy.model.training  # restored
+
+
+def test_lora_reference_is_the_base_model_with_the_adapter_off(policy_dir: Path, tmp_path: Path) -> None:
+    """Review item 7: no second full model copy for the KL reference of a LoRA policy."""
+    from lemon.train.generation import batch_logprobs
+    from lemon.train.grpo import TrainSettings, _load_policy
+    from lemon.train.policy import load_policy
+
+    cfg = TrainConfig()
+    handle, ref = _load_policy(TrainSettings(run_dir=tmp_path, policy=str(policy_dir), lora=True), cfg, None)
+    assert ref is not None and ref.frozen is None
+    with torch.no_grad():
+        for name, p in handle.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    prompts, comps = [[1, 2, 3, 4]], [[5, 6, 7]]
+    base, _ = load_policy(str(policy_dir))
+    expect = batch_logprobs(base.eval(), prompts, comps, handle.pad_id)[0]
+    got = ref.logprobs(prompts, comps, handle.pad_id, 1.0)
+    assert torch.allclose(got, expect, atol=1e-5)
+    trained = batch_logprobs(handle.model.eval(), prompts, comps, handle.pad_id)[0]
+    assert not torch.allclose(trained, expect, atol=1e-5)
+
+
+def test_inference_stops_and_budgets_as_training_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review item 7: the trained orchestrator uses training's stop tokens and completion budget."""
+    from lemon.llm.hf import HFChatGenerator
+    from lemon.orchestrator.trained import DEFAULT_MAX_NEW_TOKENS
+    from lemon.train.generation import eos_ids
+
+    assert TrainConfig().rollout.max_new_tokens == DEFAULT_MAX_NEW_TOKENS
+    seen: dict[str, Any] = {}
+
+    class Tok:
+        pad_token_id, eos_token_id, pad_token = 0, 2, "<pad>"
+
+        def apply_chat_template(self, *a: Any, **k: Any) -> str:
+            return "prompt"
+
+        def __call__(self, *a: Any, **k: Any) -> dict[str, Any]:
+            return {"input_ids": torch.tensor([[1, 1]])}
+
+        def decode(self, ids: Any, **k: Any) -> str:
+            return "agents: []"
+
+    class Model:
+        generation_config = type("G", (), {"eos_token_id": [2, 7]})()
+
+        def generate(self, **kwargs: Any) -> Any:
+            seen.update(kwargs)
+            return torch.tensor([[1, 1, 9, 7]])
+
+    gen = HFChatGenerator(Path("unused"))
+    monkeypatch.setattr(gen, "_load", lambda: (Model(), Tok()))
+    gen.generate([{"role": "user", "content": "t"}], 16, 0.0, 0)
+    assert set(seen["eos_token_id"]) == eos_ids(Model(), Tok()) == {2, 7}
