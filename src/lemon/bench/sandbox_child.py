@@ -172,9 +172,12 @@ _CONSTANTS = {b"N": None, b"T": True, b"F": False}
 
 
 def decode(data: bytes) -> Any:
-    """The value `encode` turned into `data`; ValueError (or TypeError for unhashable keys) otherwise."""
+    """The value `encode` turned into `data`; ValueError for anything else."""
     reader = _Reader(bytes(data))
-    value = reader.value()
+    try:
+        value = reader.value()
+    except (OverflowError, TypeError, RecursionError) as exc:  # float overflow, an unhashable key
+        raise ValueError(f"malformed value on the sandbox channel: {exc}") from None
     if reader.pos != len(reader.data):
         raise ValueError("trailing bytes on the sandbox channel")
     return value
