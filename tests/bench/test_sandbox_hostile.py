@@ -7,10 +7,12 @@ from __future__ import annotations
 import ast
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -311,3 +313,49 @@ raise SystemExit("REPORT " + repr(outcome))
     finally:
         victim.kill()
         victim.wait()
+
+
+def _python_for_nobody() -> str:
+    """An interpreter an unprivileged user can run: ours if every parent is world-searchable, else the system's."""
+    ours = Path(os.path.realpath(sys.executable))
+    if all(os.stat(p).st_mode & 0o001 for p in ours.parents):
+        return str(ours)
+    system = Path("/usr/bin/python3")
+    if not system.exists():
+        pytest.fail("the unprivileged-mode test needs /usr/bin/python3 (apt-get install python3)", pytrace=False)
+    return str(system)
+
+
+@pytest.fixture
+def world_readable_src() -> Iterator[Path]:
+    """A copy of the package that an unprivileged user can import (the checkout may sit under /root)."""
+    folder = Path(tempfile.mkdtemp(prefix="lemon-src-", dir="/tmp"))
+    try:
+        shutil.copytree(REPO / "src" / "lemon", folder / "lemon", ignore=shutil.ignore_patterns("__pycache__"))
+        for path in [folder, *folder.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def test_unprivileged_mode_bounds_forks_and_leaves_nothing(marker: str, world_readable_src: Path) -> None:
+    """Not root: bwrap maps the caller into a user namespace. Run as root, the test becomes nobody first."""
+    code = RESTORE_POSIX + f"""
+import os
+forks = 0
+try:
+    while forks < 200:
+        if posix.fork() == 0:
+            posix.execv('/bin/sleep', ['sleep', '{marker}'])
+        forks += 1
+except OSError:
+    pass
+raise SystemExit("REPORT " + repr((forks, os.getuid(), os.path.exists('/etc'))))
+"""
+    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(world_readable_src)}
+    done = subprocess.run([*prefix, _python_for_nobody(), "-c", HARNESS], input=code, capture_output=True,
+                          text=True, env=env, timeout=60, cwd="/", check=True)
+    forks, uid, has_etc = ast.literal_eval(done.stdout.strip().splitlines()[-1].split("REPORT ", 1)[1])
+    assert 0 < forks < DEFAULT_MAX_TASKS and uid == 65534 and not has_etc
