@@ -379,8 +379,10 @@ def run_check(program: str, prompt: str, test: str, entry: str, limits: Limits |
         if not session.wait(tests):
             return SandboxResult(False, "timeout", f"timed out after {limits.timeout_s:g} s (sandbox killed)")
         result = _verdict(session, tests, _read_verdict(verdict_r), marker)
+        if result.passed:
+            return result  # leaving the session kills the candidate's sandbox at once
         session.settle(candidate)
-        if not result.passed and candidate.popen.returncode not in (0, -signal.SIGKILL):
+        if candidate.popen.returncode not in (0, -signal.SIGKILL):
             result = SandboxResult(False, result.status, _last_line(candidate) or result.detail)
         return result
 
