@@ -162,3 +162,15 @@ def test_the_landlock_probe_runs_once_per_process() -> None:
     sandbox.landlock_abi.cache_clear()
     first = sandbox.landlock_abi()
     assert sandbox.landlock_abi() == first and sandbox.landlock_abi.cache_info().misses == 1
+
+
+def test_a_host_out_of_resources_is_an_error_for_that_check_only(monkeypatch: pytest.MonkeyPatch,
+                                                                  harness: None) -> None:
+    assert run_program("pass\n").passed  # the sandbox works here (and its once-per-process probe is done)
+
+    def memfd_double(name: str, flags: int = 0) -> int:  # a test double: the host has no fds left
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(sandbox.os, "memfd_create", memfd_double)
+    result = run_program("pass\n")
+    assert result.status == "error" and "Too many open files" in result.detail

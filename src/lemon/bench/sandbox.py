@@ -356,16 +356,32 @@ def run_program(
 
     The program is its own judge here (containment, not an unforgeable verdict): scoring uses `run_check`."""
     limits = Limits(timeout_s, memory_bytes, file_bytes, tmp_bytes, max_tasks, landlock)
-    return _run_program(sandbox(), code, limits)
+    bwrap = sandbox()
+    try:
+        return _run_program(bwrap, code, limits)
+    except OSError as exc:  # out of fds, processes or memory on the host: this check errs, the run goes on
+        return _host_error(exc)
+
+
+def _host_error(exc: OSError) -> SandboxResult:
+    log.warning("the sandbox could not run a check: %s", exc)
+    return SandboxResult(False, "error", f"sandbox error: {type(exc).__name__}: {exc}")
 
 
 def run_check(program: str, prompt: str, test: str, entry: str, limits: Limits | None = None) -> SandboxResult:
     """Run `program` (the candidate) and the upstream `test` in two sandboxes; passed iff `check` returned.
 
     The tests' process never runs candidate code: it calls `entry` through a pipe and gets builtin values."""
-    limits = limits or Limits()
+    bwrap = sandbox()
+    try:
+        return _run_check(bwrap, program, prompt, test, entry, limits or Limits())
+    except OSError as exc:
+        return _host_error(exc)
+
+
+def _run_check(bwrap: str, program: str, prompt: str, test: str, entry: str, limits: Limits) -> SandboxResult:
     marker = secrets.token_hex(16)
-    with _Session(sandbox(), limits) as session:
+    with _Session(bwrap, limits) as session:
         req_r, req_w = session.pipe()
         resp_r, resp_w = session.pipe()
         verdict_r, verdict_w = session.pipe()
