@@ -1,35 +1,37 @@
-"""The sandbox: hostile programs end as failures within the timeout, and this process keeps running."""
+"""The sandbox: programs end as failures within the timeout, and this process keeps running.
+
+The hostile programs of the issue 12 probe are in test_sandbox_hostile.py; HumanEval scoring and its cheats in
+test_sandbox_humaneval.py."""
 
 from __future__ import annotations
 
 import os
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from lemon.bench.datasets import load_split
-from lemon.bench.sandbox import check_humaneval, landlock_abi, network_prefix, run_humaneval, run_program
+from lemon.bench import sandbox
+from lemon.bench.sandbox import SandboxError, run_program
 
 TIMEOUT_S = 2.0
 SLACK_S = 4.0  # process start-up on a slow, busy machine
 
 
-def _sandbox_dirs() -> set[str]:
-    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("lemon-sandbox-")}
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
 
 
 @pytest.fixture
 def harness() -> Iterator[None]:
-    """Checks around each hostile run: this process survives and no sandbox directory is left behind."""
-    pid, before = os.getpid(), _sandbox_dirs()
+    """Checks around each run: this process survives and keeps no pipe or memfd of the check open."""
+    pid, before = os.getpid(), _open_fds()
     yield
     assert os.getpid() == pid
-    assert _sandbox_dirs() <= before
+    assert _open_fds() <= before
 
 
 def _run(code: str, timeout_s: float = TIMEOUT_S) -> tuple[str, str, float]:
@@ -65,12 +67,13 @@ def test_main_block_of_a_completion_does_not_run(harness: None) -> None:
 
 
 def test_fork_bomb(harness: None) -> None:
-    status, _, _ = _run("import os\nwhile True:\n    os.fork()\n")
-    assert status in ("failed", "timeout")
+    status, detail, _ = _run("import os\nwhile True:\n    os.fork()\n")
+    assert status == "failed" and "os.fork is not allowed" in detail  # the second layer still answers first
 
 
 def test_subprocess_is_unavailable(harness: None) -> None:
-    assert _run("import subprocess\nsubprocess.run(['true'])")[0] == "failed"
+    status, detail, _ = _run("import subprocess\nsubprocess.run(['true'])")
+    assert status == "failed" and "starting a process is not allowed" in detail
 
 
 def test_infinite_loop_is_killed(harness: None) -> None:
@@ -101,20 +104,16 @@ def outside(tmp_path: Path) -> Path:
     return target
 
 
-def test_write_outside_the_temporary_directory(outside: Path, harness: None) -> None:
-    status, _, _ = _run(f"open({str(outside / 'pwned.txt')!r}, 'w').write('x')\n")
-    assert status == "failed" and not (outside / "pwned.txt").exists()
+def test_write_outside_the_private_tmp(outside: Path, harness: None) -> None:
+    for target in (outside / "pwned.txt", Path("/usr/pwned.txt"), Path("/pwned.txt")):
+        status, _, _ = _run(f"import _io\n_io.open({str(target)!r}, 'w').write('x')\n")
+        assert status == "failed" and not target.exists()
 
 
-def test_write_inside_the_temporary_directory_is_allowed(harness: None) -> None:
-    code = "import os\nopen('scratch.txt', 'w').write('x')\nassert open('scratch.txt').read() == 'x'\n"
+def test_write_inside_the_private_tmp_is_allowed(harness: None) -> None:
+    code = ("import os\nopen('scratch.txt', 'w').write('x')\nassert open('scratch.txt').read() == 'x'\n"
+            "assert os.getcwd() == '/tmp'\n")
     assert _run(code)[0] == "passed"
-
-
-@pytest.mark.skipif(landlock_abi() < 1, reason="needs Landlock (Linux >= 5.13) for a kernel-level file guard")
-def test_write_outside_bypassing_the_python_guard(outside: Path, harness: None) -> None:
-    code = f"import _io\n_io.open({str(outside / 'pwned.txt')!r}, 'w').write('x')\n"
-    assert _run(code)[0] == "failed" and not (outside / "pwned.txt").exists()
 
 
 @pytest.fixture
@@ -133,14 +132,6 @@ def test_socket_connection(listener: int, harness: None) -> None:
     assert _run(code)[0] == "failed"
 
 
-@pytest.mark.skipif(landlock_abi() < 4 and not network_prefix(),
-                    reason="needs a network namespace or Landlock >= 4 for a kernel-level network guard")
-def test_socket_connection_bypassing_the_python_guard(listener: int, harness: None) -> None:
-    code = ("import sys\nsys.meta_path.pop(0)\nimport _socket\n"
-            f"s = _socket.socket()\ns.settimeout(1)\ns.connect(('127.0.0.1', {listener}))\n")
-    assert _run(code)[0] == "failed"
-
-
 def test_cannot_kill_other_processes(harness: None) -> None:
     victim = subprocess.Popen(["sleep", "30"])
     try:
@@ -155,15 +146,31 @@ def test_cannot_kill_other_processes(harness: None) -> None:
 def test_environment_is_stripped(monkeypatch: pytest.MonkeyPatch, harness: None) -> None:
     monkeypatch.setenv("LEMON_SECRET_TOKEN", "hunter2")
     code = ("import os\nassert 'LEMON_SECRET_TOKEN' not in os.environ\n"
-            "assert os.getcwd() == os.environ['HOME']\n")
+            "assert os.getcwd() == os.environ['HOME'] == os.environ['TMPDIR'] == '/tmp'\n")
     assert _run(code)[0] == "passed"
 
 
-def test_canonical_humaneval_solutions_pass(data_dir: Path, harness: None) -> None:
-    items = load_split("humaneval", "all", data_dir)[:5]
-    for item in items:
-        body = item.meta["canonical_solution"]
-        assert check_humaneval(body, item), item.id                              # prompt + body
-        assert check_humaneval(item.meta["prompt"] + body, item), item.id        # the full function
-    result = run_humaneval("    return None\n", items[0])
-    assert not result.passed and result.status == "failed" and "AssertionError" in result.detail
+def test_without_bwrap_nothing_runs_and_the_error_names_the_fix(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no bwrap on it
+    with pytest.raises(SandboxError, match="apt-get install bubblewrap"):
+        run_program(f"open({str(tmp_path / 'ran')!r}, 'w').write('x')\n")
+    assert not (tmp_path / "ran").exists()
+
+
+def test_the_landlock_probe_runs_once_per_process() -> None:
+    sandbox.landlock_abi.cache_clear()
+    first = sandbox.landlock_abi()
+    assert sandbox.landlock_abi() == first and sandbox.landlock_abi.cache_info().misses == 1
+
+
+def test_a_host_out_of_resources_is_an_error_for_that_check_only(monkeypatch: pytest.MonkeyPatch,
+                                                                  harness: None) -> None:
+    assert run_program("pass\n").passed  # the sandbox works here (and its once-per-process probe is done)
+
+    def memfd_double(name: str, flags: int = 0) -> int:  # a test double: the host has no fds left
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(sandbox.os, "memfd_create", memfd_double)
+    result = run_program("pass\n")
+    assert result.status == "error" and "Too many open files" in result.detail

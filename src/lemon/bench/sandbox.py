@@ -1,55 +1,45 @@
-"""Run untrusted, model-written code (HumanEval) in a separate, killable, resource-limited process.
+"""Run untrusted, model-written code (HumanEval) in bubblewrap sandboxes, and score it from outside its reach.
 
-Why: the projects this one learns from ran completions inside the harness with a timeout thread that never
-killed anything. Here the harness never executes candidate code itself. Each program runs in its own
-`python -I -B` process, and the harness survives whatever the program does.
+Why bubblewrap: a probe showed that Python-level blocking is not containment (`del sys.modules['posix']`
+restores fork; `_socket` loads through `ExtensionFileLoader`). Containment now comes from the kernel, set up by
+`bwrap` (Debian/Ubuntu package `bubblewrap`), a small audited tool, rather than hand-written unshare/mount code:
 
-Defences, outermost first (each one is independent of the others):
+- a fresh PID namespace whose init is killed with the check (`--unshare-pid --die-with-parent`, and the
+  process group is SIGKILLed on timeout): nothing outlives a check;
+- an unprivileged uid: as root, bwrap runs privileged and the child drops to a fresh per-check uid at once
+  (root ignores RLIMIT_NPROC); otherwise a user namespace maps the caller to uid 65534. RLIMIT_NPROC then
+  bounds processes and threads;
+- a private mount view: read-only /usr and the interpreter's prefix, a fresh /proc that shows only the
+  sandbox, a minimal /dev, a size-limited private tmpfs at /tmp; no host /tmp, /home, /etc, /run or sockets;
+- no network (`--unshare-net`), an empty environment (bwrap itself gets only PATH), no host fds;
+- inside, `sandbox_child` adds rlimits, Landlock where the kernel has it, and a Python-level second layer.
 
-1. A new session (`start_new_session`), so the process and anything it spawns form one process group; a
-   wall-clock timeout kills the whole group with SIGKILL, and the group is killed again after every run
-   (no stray children). Output goes to files in the temporary directory, never into harness memory.
-2. A fresh temporary directory as cwd, HOME and TMPDIR, removed afterwards; an environment with nothing
-   but PATH/LANG; `-I` ignores PYTHON* variables and the user's site-packages.
-3. No network where the platform allows: `unshare -n` (a network namespace with no interfaces; as root,
-   or `unshare -rn` through a user namespace otherwise), checked cheaply on every call and skipped when
-   unavailable.
-4. Inside the child, before the candidate runs (a bootstrap passed with `-c`; done in the child rather than
-   in `preexec_fn`, which is unsafe in a threaded harness, and evaluation runs checks from worker threads):
-   rlimits (CPU seconds, 1 GiB address space, 10 MB file size, no core files, few file descriptors, and
-   RLIMIT_NPROC 0, which stops fork for non-root users; root ignores it), then Landlock where the kernel
-   has it (writes only inside the temporary directory, no TCP connect/bind, no signals to processes outside
-   the sandbox: this is what stops a process running as root from writing or killing elsewhere).
-5. Belt and braces at the Python level (defeatable by determined code, so never the only defence): the
-   process-spawning and socket modules cannot be imported (`subprocess`, `multiprocessing`, `socket`,
-   `ctypes`, ...), `os.fork`/`system`/`exec*`/`spawn*`/`kill`/`setsid` raise, and `open`/`os.open`/
-   `os.remove`/... refuse to write outside the temporary directory.
-
-A program passes only if it exits 0 AND the bootstrap then prints a per-run random marker, so code that
-calls `exit(0)` / `os._exit(0)` before the tests ran does not pass (against honest mistakes; code that
-inspects the bootstrap's frame could find the marker). The candidate runs with `__name__ ==
-"__candidate__"`, so `if __name__ == "__main__":` blocks in completions do not run (as upstream).
+Scoring: `run_humaneval` runs the completion and the upstream tests in TWO sandboxes joined by pipes; the
+tests call the candidate through a proxy and compare plain builtin values, and only the tests' process holds
+the verdict pipe. See docs/sandbox.md for the threat model and what remains possible.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import logging
+import marshal
 import math
 import os
 import secrets
 import shutil
 import signal
-import stat
 import subprocess
 import sys
-import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from lemon.bench.datasets import Item
 from lemon.bench.extract import humaneval_program
+from lemon.errors import LemonError
 
 log = logging.getLogger(__name__)
 
@@ -58,171 +48,54 @@ Status = Literal["passed", "failed", "timeout", "error"]
 DEFAULT_TIMEOUT_S = 5.0
 DEFAULT_MEMORY_BYTES = 1 << 30
 DEFAULT_FILE_BYTES = 10 << 20
+DEFAULT_TMP_BYTES = 64 << 20
+DEFAULT_MAX_TASKS = 32  # processes + threads per sandbox (ThreadPoolExecutor wants up to cpu_count + 4)
 MAX_DETAIL_CHARS = 2000
+NOBODY = 65534
+CHECK_UID_BASE = 0x40000000  # per-check uids, as root: far above any real account
+CHECK_UID_SPAN = 1 << 24
+CHILD_PATH = "/lemon/sandbox_child.py"
+SANDBOX_PATH = "/usr/bin:/bin"
+KILL_GRACE_S = 1.0
+INSTALL_HINT = "install bubblewrap (Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`)"
 
-BLOCKED_MODULES = ("subprocess", "_posixsubprocess", "multiprocessing", "_multiprocessing", "socket",
-                   "_socket", "ssl", "_ssl", "ctypes", "_ctypes", "pty")
+SYS_LANDLOCK_CREATE_RULESET = 444
+LANDLOCK_CREATE_RULESET_VERSION = 1
 
-# The child's first code. It receives its config as argv[1] (JSON) and the success marker on stdin.
-_BOOTSTRAP = r'''
-import builtins, io, json, os, posix, resource, sys, traceback
-cfg = json.loads(sys.argv[1])
-marker = sys.stdin.readline().strip()
-root = os.path.realpath(cfg["root"])
 
-def _limit(res, soft, hard):
-    try:
-        cur_soft, cur_hard = resource.getrlimit(res)
-        if cur_hard != resource.RLIM_INFINITY:
-            soft, hard = min(soft, cur_hard), min(hard, cur_hard)
-        resource.setrlimit(res, (soft, hard))
-    except (ValueError, OSError):
-        pass
-
-_limit(resource.RLIMIT_CPU, cfg["cpu_s"], cfg["cpu_s"] + 1)
-_limit(resource.RLIMIT_AS, cfg["memory_bytes"], cfg["memory_bytes"])
-_limit(resource.RLIMIT_FSIZE, cfg["file_bytes"], cfg["file_bytes"])
-_limit(resource.RLIMIT_CORE, 0, 0)
-_limit(resource.RLIMIT_NOFILE, 64, 64)
-_limit(resource.RLIMIT_NPROC, 0, 0)
-
-def _landlock():
-    import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    sc = libc.syscall
-    sc.restype = ctypes.c_long
-    abi = sc(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    if abi < 1:
-        return 0
-    fs = 0
-    for bit in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12):
-        fs |= 1 << bit
-    if abi >= 2: fs |= 1 << 13
-    if abi >= 3: fs |= 1 << 14
-    if abi >= 5: fs |= 1 << 15
-    class Attr(ctypes.Structure):
-        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
-    class Beneath(ctypes.Structure):
-        _pack_ = 1
-        _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
-    attr = Attr(fs, 3 if abi >= 4 else 0, 3 if abi >= 6 else 0)
-    size = 8 if abi < 4 else (16 if abi < 6 else 24)
-    ruleset = sc(444, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
-    if ruleset < 0:
-        return 0
-    dfd = os.open(root, os.O_PATH | os.O_CLOEXEC)
-    rule = Beneath(fs, dfd)
-    ok = sc(445, ctypes.c_int(ruleset), ctypes.c_int(1), ctypes.byref(rule), ctypes.c_uint32(0)) == 0
-    os.close(dfd)
-    ok = ok and libc.prctl(38, 1, 0, 0, 0) == 0
-    ok = ok and sc(446, ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0
-    os.close(ruleset)
-    return abi if ok else 0
-
-try:
-    landlock_abi = _landlock() if cfg["landlock"] else 0
-except Exception:
-    landlock_abi = 0
-
-with open(os.path.join(root, "candidate.py"), encoding="utf-8") as fh:
-    source = fh.read()
-
-class _Blocker:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in cfg["blocked"]:
-            raise ImportError(f"module {name!r} is not available in the sandbox")
-        return None
-
-for name in list(sys.modules):
-    if name.split(".")[0] in cfg["blocked"]:
-        del sys.modules[name]
-sys.meta_path.insert(0, _Blocker())
-
-def _deny(name):
-    def denied(*args, **kwargs):
-        raise PermissionError(f"os.{name} is not allowed in the sandbox")
-    return denied
-
-for mod in (os, posix):
-    for name in ("fork", "forkpty", "system", "popen", "execv", "execve", "execl", "execle", "execlp",
-                 "execlpe", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp", "spawnlpe", "spawnv",
-                 "spawnve", "spawnvp", "spawnvpe", "posix_spawn", "posix_spawnp", "kill", "killpg",
-                 "setsid", "setpgid", "setpgrp", "register_at_fork"):
-        if hasattr(mod, name):
-            setattr(mod, name, _deny(name))
-
-def _inside(path):
-    if isinstance(path, int):
-        return True
-    p = os.fsdecode(os.fspath(path))
-    real = os.path.realpath(p)
-    return real == root or real.startswith(root + os.sep)
-
-def _check(path, what):
-    if not _inside(path):
-        raise PermissionError(f"{what} outside the sandbox directory is not allowed: {path!r}")
-
-_open = builtins.open
-def _guarded_open(file, mode="r", *args, **kwargs):
-    if any(c in mode for c in "wax+"):
-        _check(file, "writing")
-    return _open(file, mode, *args, **kwargs)
-builtins.open = io.open = _guarded_open
-
-_os_open = os.open
-_WRITE = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-def _guarded_os_open(path, flags, *args, **kwargs):
-    if flags & _WRITE:
-        _check(path, "writing")
-    return _os_open(path, flags, *args, **kwargs)
-os.open = _guarded_os_open
-
-def _guard_paths(name, n_paths):
-    real = getattr(os, name, None)
-    if real is None:
-        return
-    def guarded(*args, **kwargs):
-        for p in args[:n_paths]:
-            _check(p, f"os.{name}")
-        return real(*args, **kwargs)
-    setattr(os, name, guarded)
-
-for name in ("remove", "unlink", "rmdir", "mkdir", "chmod", "chown", "lchown", "truncate", "utime", "mkfifo",
-             "mknod"):
-    _guard_paths(name, 1)
-for name in ("rename", "replace", "link", "symlink"):
-    _guard_paths(name, 2)
-
-globals_ = {"__name__": "__candidate__", "__builtins__": builtins}
-try:
-    exec(compile(source, "candidate.py", "exec"), globals_)
-except BaseException:
-    try:
-        traceback.print_exc()
-        sys.stderr.flush()
-    finally:
-        os._exit(1)
-try:
-    sys.stdout.flush()
-    sys.stderr.flush()
-except BaseException:
-    os._exit(1)
-os.write(1, ("\n" + marker + "\n").encode())
-os._exit(0)
-'''
+class SandboxError(LemonError):
+    """The sandbox cannot be set up here; candidate code is never run without it."""
 
 
 @dataclass(frozen=True)
 class SandboxResult:
-    """The outcome of one program: `passed` iff `status == "passed"`; `detail` says why not."""
+    """The outcome of one check: `passed` iff `status == "passed"`; `detail` says why not."""
 
     passed: bool
     status: Status
     detail: str
 
 
+@dataclass(frozen=True)
+class Limits:
+    """Per-check bounds."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    memory_bytes: int = DEFAULT_MEMORY_BYTES
+    file_bytes: int = DEFAULT_FILE_BYTES
+    tmp_bytes: int = DEFAULT_TMP_BYTES
+    max_tasks: int = DEFAULT_MAX_TASKS
+    landlock: bool = True
+
+    def child_config(self) -> dict[str, Any]:
+        return {"cpu_s": max(1, math.ceil(self.timeout_s)) + 1, "memory_bytes": int(self.memory_bytes),
+                "file_bytes": int(self.file_bytes), "max_tasks": int(self.max_tasks),
+                "landlock_abi": landlock_abi() if self.landlock else 0}
+
+
+@functools.cache
 def landlock_abi() -> int:
-    """The kernel's Landlock ABI version (0 when unavailable): asked, not enabled, in this process."""
+    """The kernel's Landlock ABI version (0 when unavailable): asked once per process, not enabled here."""
     if not sys.platform.startswith("linux"):
         return 0
     try:
@@ -230,62 +103,243 @@ def landlock_abi() -> int:
 
         libc = ctypes.CDLL(None, use_errno=True)
         libc.syscall.restype = ctypes.c_long
-        abi = int(libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+        abi = int(libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0),
+                               ctypes.c_uint32(LANDLOCK_CREATE_RULESET_VERSION)))
     except (OSError, AttributeError):
         return 0
     return max(abi, 0)
 
 
-def network_prefix() -> list[str]:
-    """The command prefix that gives the child an empty network namespace, or [] when none works here."""
-    unshare = shutil.which("unshare")
-    if not unshare or not sys.platform.startswith("linux"):
-        return []
-    options = (["-n"], ["-r", "-n"]) if os.geteuid() == 0 else (["-r", "-n"],)
-    for opts in options:
+def find_bwrap() -> str:
+    """The bwrap executable, or SandboxError naming the fix."""
+    if not sys.platform.startswith("linux"):
+        raise SandboxError(f"the code sandbox needs Linux with bubblewrap, not {sys.platform}")
+    path = shutil.which("bwrap")
+    if path is None:
+        raise SandboxError(f"`bwrap` not found on PATH: code checks need it; {INSTALL_HINT}")
+    return path
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@functools.cache
+def _interpreter() -> tuple[str, tuple[str, ...]]:
+    """The base interpreter (not a venv's: no site-packages inside) and the directories it needs bound."""
+    exe = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    roots = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix)}
+    binds = tuple(sorted(r for r in roots if not _under(r, "/usr")))
+    if not any(_under(exe, r) for r in (*binds, "/usr")):
+        binds = (*binds, os.path.dirname(exe))
+    return exe, binds
+
+
+@functools.cache
+def _system_mounts() -> tuple[str, ...]:
+    """/usr read-only, and the top-level links (merged /usr) or directories the loader needs."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        top = "/" + name
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    return tuple(args)
+
+
+def _parents(path: str) -> list[str]:
+    """World-traversable mount-point parents: bwrap would make them 0700, shut to the dropped uid."""
+    args: list[str] = []
+    for parent in reversed(Path(path).parents[:-1]):
+        args += ["--perms", "0755", "--dir", str(parent)]
+    return args
+
+
+def bwrap_command(bwrap: str, limits: Limits) -> list[str]:
+    """The full command line for one sandboxed `sandbox_child` process."""
+    exe, binds = _interpreter()
+    user = (["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if os.geteuid() == 0 else
+            ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--disable-userns"])
+    mounts = [*_system_mounts()]
+    for path in binds:
+        mounts += [*_parents(path), "--ro-bind", path, path]
+    child = os.path.realpath(Path(__file__).with_name("sandbox_child.py"))
+    return [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--hostname", "sandbox", *user, *mounts,
+            *_parents(CHILD_PATH), "--ro-bind", child, CHILD_PATH, "--proc", "/proc", "--dev", "/dev",
+            "--perms", "1777", "--size", str(int(limits.tmp_bytes)), "--tmpfs", "/tmp",
+            "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv",
+            "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
+            "--setenv", "LANG", "C.UTF-8", "--", exe, "-I", "-S", "-B", CHILD_PATH]
+
+
+def _check_uid() -> int | None:
+    """As root, a fresh uid per sandbox, so RLIMIT_NPROC counts this sandbox's tasks only."""
+    return CHECK_UID_BASE + secrets.randbelow(CHECK_UID_SPAN) if os.geteuid() == 0 else None
+
+
+def _memfd(name: str, data: bytes = b"") -> int:
+    fd = os.memfd_create(name)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _tail(fd: int, limit: int = MAX_DETAIL_CHARS) -> str:
+    size = os.fstat(fd).st_size
+    return os.pread(fd, limit, max(0, size - limit)).decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class _Proc:
+    popen: subprocess.Popen[bytes]
+    out: int
+    err: int
+
+
+class _Session:
+    """The processes and fds of one check; leaving it kills every process group and closes every fd."""
+
+    def __init__(self, bwrap: str, limits: Limits) -> None:
+        self.bwrap, self.limits = bwrap, limits
+        self.deadline = time.monotonic() + limits.timeout_s
+        self.procs: list[_Proc] = []
+        self.fds: list[int] = []
+
+    def pipe(self) -> tuple[int, int]:
+        r, w = os.pipe()
+        self.fds += [r, w]
+        return r, w
+
+    def close(self, *fds: int) -> None:
+        for fd in fds:
+            if fd in self.fds:
+                self.fds.remove(fd)
+                os.close(fd)
+
+    def spawn(self, cfg: dict[str, Any], pass_fds: tuple[int, ...]) -> _Proc:
+        """Start one sandboxed child with `cfg` on stdin; it inherits exactly `pass_fds`."""
+        config = {**self.limits.child_config(), **cfg, "uid": _check_uid()}
+        config_fd = _memfd("lemon-sandbox-config", marshal.dumps(config))
+        out, err = _memfd("lemon-sandbox-stdout"), _memfd("lemon-sandbox-stderr")
+        self.fds += [out, err]
         try:
-            done = subprocess.run([unshare, *opts, "true"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, timeout=5, check=False)
-        except (OSError, subprocess.SubprocessError):
-            continue
-        if done.returncode == 0:
-            return [unshare, *opts, "--"]
-    return []
+            popen = subprocess.Popen(bwrap_command(self.bwrap, self.limits), stdin=config_fd, stdout=out,
+                                     stderr=err, env={"PATH": SANDBOX_PATH}, start_new_session=True,
+                                     close_fds=True, pass_fds=pass_fds)
+        finally:
+            os.close(config_fd)
+        proc = _Proc(popen, out, err)
+        self.procs.append(proc)
+        return proc
 
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _rmtree(path: str) -> None:
-    def unlock(func: Any, p: str, _exc: Any) -> None:
+    def wait(self, proc: _Proc) -> bool:
+        """Wait for `proc` until the deadline; False when the check ran out of time."""
         try:
-            os.chmod(os.path.dirname(p), stat.S_IRWXU)
-            os.chmod(p, stat.S_IRWXU)
-            func(p)
-        except OSError:
-            pass
+            proc.popen.wait(timeout=max(0.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
-    shutil.rmtree(path, onerror=unlock)
+    def settle(self, proc: _Proc) -> None:
+        """Give a process that should be ending a moment, then kill it."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.popen.wait(timeout=KILL_GRACE_S)
+        self._kill(proc)
+
+    @staticmethod
+    def _kill(proc: _Proc) -> None:
+        # bwrap's init dies with it (--die-with-parent), and with the init the whole PID namespace.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.popen.pid, signal.SIGKILL)
+        proc.popen.wait()
+
+    def __enter__(self) -> _Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            self._kill(proc)
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
 
 
-def _tail(path: Path, limit: int = MAX_DETAIL_CHARS) -> str:
+def _read_verdict(fd: int) -> str:
+    os.set_blocking(fd, False)
     try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - limit))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
+        return os.read(fd, 256).decode("ascii", "replace")
+    except BlockingIOError:
         return ""
 
 
-def _signal_name(rc: int) -> str:
+def _exit_reason(rc: int, cfg: dict[str, Any]) -> tuple[Status, str] | None:
+    """bwrap reports a child killed by signal N as 128 + N."""
+    if rc == 128 + signal.SIGXCPU:
+        return "timeout", f"CPU time limit of {cfg['cpu_s']} s exceeded"
+    if rc == 128 + signal.SIGXFSZ:
+        return "failed", "file size limit exceeded"
+    if rc > 128:
+        return "failed", f"killed by {_signal_name(rc - 128)}"
+    return None
+
+
+def _signal_name(signum: int) -> str:
     try:
-        return signal.Signals(-rc).name
+        return signal.Signals(signum).name
     except ValueError:
-        return f"signal {-rc}"
+        return f"signal {signum}"
+
+
+def _last_line(proc: _Proc) -> str:
+    lines = _tail(proc.err).strip().splitlines()
+    return lines[-1][:MAX_DETAIL_CHARS] if lines else ""
+
+
+def _verdict(session: _Session, judge: _Proc, verdict: str, marker: str) -> SandboxResult:
+    rc = judge.popen.returncode
+    if rc == 0 and verdict == marker:
+        return SandboxResult(True, "passed", "")
+    reason = _exit_reason(rc, session.limits.child_config())
+    if reason is not None:
+        return SandboxResult(False, reason[0], reason[1])
+    if rc == 0:
+        return SandboxResult(False, "failed", "exited before the program finished (early exit)")
+    line = _last_line(judge)
+    status: Status = "error" if line.startswith("bwrap:") else "failed"
+    return SandboxResult(False, status, line or f"exit code {rc}")
+
+
+def _run_program(bwrap: str, code: str, limits: Limits) -> SandboxResult:
+    marker = secrets.token_hex(16)
+    with _Session(bwrap, limits) as session:
+        verdict_r, verdict_w = session.pipe()
+        proc = session.spawn({"role": "program", "code": code, "verdict_fd": verdict_w, "marker": marker},
+                             (verdict_w,))
+        session.close(verdict_w)
+        if not session.wait(proc):
+            return SandboxResult(False, "timeout", f"timed out after {limits.timeout_s:g} s (sandbox killed)")
+        return _verdict(session, proc, _read_verdict(verdict_r), marker)
+
+
+@functools.cache
+def _ready(bwrap: str) -> None:
+    """Once per process: a trivial program must pass, or every check would fail for the sandbox's sake."""
+    result = _run_program(bwrap, "pass\n", Limits(timeout_s=30.0))
+    if not result.passed:
+        hint = "" if os.geteuid() == 0 else " (unprivileged user namespaces must be enabled)"
+        raise SandboxError(f"the bubblewrap sandbox does not start here{hint}: {result.detail[:300]}")
+
+
+def sandbox() -> str:
+    """The bwrap path, checked to start a sandbox (once per process); SandboxError otherwise."""
+    bwrap = find_bwrap()
+    _ready(bwrap)
+    return bwrap
 
 
 def run_program(
@@ -294,76 +348,71 @@ def run_program(
     *,
     memory_bytes: int = DEFAULT_MEMORY_BYTES,
     file_bytes: int = DEFAULT_FILE_BYTES,
-    isolate_network: bool = True,
+    tmp_bytes: int = DEFAULT_TMP_BYTES,
+    max_tasks: int = DEFAULT_MAX_TASKS,
     landlock: bool = True,
-    python: str | None = None,
 ) -> SandboxResult:
-    """Run `code` as a module in a sandboxed child process; passed iff it completes without an exception."""
-    root: str | None = None
-    proc: subprocess.Popen[bytes] | None = None
+    """Run `code` as a module in one sandbox; passed iff it runs to the end without an exception.
+
+    The program is its own judge here (containment, not an unforgeable verdict): scoring uses `run_check`."""
+    limits = Limits(timeout_s, memory_bytes, file_bytes, tmp_bytes, max_tasks, landlock)
+    bwrap = sandbox()
     try:
-        root = tempfile.mkdtemp(prefix="lemon-sandbox-")
-        Path(root, "candidate.py").write_text(code, encoding="utf-8", errors="replace")
-        marker = "LEMON-SANDBOX-DONE-" + secrets.token_hex(16)
-        cfg = {"root": root, "cpu_s": max(1, math.ceil(timeout_s)) + 1, "memory_bytes": int(memory_bytes),
-               "file_bytes": int(file_bytes), "landlock": landlock, "blocked": list(BLOCKED_MODULES)}
-        prefix = network_prefix() if isolate_network else []
-        cmd = [*prefix, python or sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(cfg)]
-        env = {"PATH": "/usr/bin:/bin", "HOME": root, "TMPDIR": root, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
-        out_path, err_path = Path(root, "stdout.txt"), Path(root, "stderr.txt")
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=out, stderr=err, cwd=root, env=env,
-                                    start_new_session=True, close_fds=True)
-        assert proc.stdin is not None
-        try:
-            proc.stdin.write((marker + "\n").encode())
-            proc.stdin.close()
-        except OSError:
-            pass
-        timed_out = False
-        try:
-            rc = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc.pid)
-            rc = proc.wait()
-        _kill_group(proc.pid)
-        stdout_tail = _tail(out_path, 4096)
-        stderr_tail = _tail(err_path).strip()
+        return _run_program(bwrap, code, limits)
+    except OSError as exc:  # out of fds, processes or memory on the host: this check errs, the run goes on
+        return _host_error(exc)
+
+
+def _host_error(exc: OSError) -> SandboxResult:
+    log.warning("the sandbox could not run a check: %s", exc)
+    return SandboxResult(False, "error", f"sandbox error: {type(exc).__name__}: {exc}")
+
+
+def run_check(program: str, prompt: str, test: str, entry: str, limits: Limits | None = None) -> SandboxResult:
+    """Run `program` (the candidate) and the upstream `test` in two sandboxes; passed iff `check` returned.
+
+    The tests' process never runs candidate code: it calls `entry` through a pipe and gets builtin values."""
+    bwrap = sandbox()
+    try:
+        return _run_check(bwrap, program, prompt, test, entry, limits or Limits())
     except OSError as exc:
-        log.warning("sandbox could not run a program: %s", exc)
-        return SandboxResult(False, "error", f"sandbox error: {type(exc).__name__}: {exc}")
-    finally:
-        if proc is not None and proc.returncode is None:
-            _kill_group(proc.pid)
-            proc.wait()
-        if root is not None:
-            _rmtree(root)
-    if timed_out:
-        return SandboxResult(False, "timeout", f"timed out after {timeout_s:g} s (process group killed)")
-    if rc == 0 and marker in stdout_tail:
-        return SandboxResult(True, "passed", "")
-    if rc == -signal.SIGXCPU:
-        return SandboxResult(False, "timeout", f"CPU time limit of {cfg['cpu_s']} s exceeded")
-    if rc == 0:
-        return SandboxResult(False, "failed", "exited before the program finished (early exit)")
-    if rc < 0:
-        return SandboxResult(False, "failed", f"killed by {_signal_name(rc)}; {stderr_tail[-500:]}".strip())
-    last = stderr_tail.splitlines()[-1] if stderr_tail else f"exit code {rc}"
-    return SandboxResult(False, "failed", last[:MAX_DETAIL_CHARS])
+        return _host_error(exc)
 
 
-def run_humaneval(completion: str, item: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> SandboxResult:
-    """Run a HumanEval completion (full function or body) against the item's tests in the sandbox."""
+def _run_check(bwrap: str, program: str, prompt: str, test: str, entry: str, limits: Limits) -> SandboxResult:
+    marker = secrets.token_hex(16)
+    with _Session(bwrap, limits) as session:
+        req_r, req_w = session.pipe()
+        resp_r, resp_w = session.pipe()
+        verdict_r, verdict_w = session.pipe()
+        candidate = session.spawn({"role": "candidate", "code": program, "entry": entry, "request_fd": req_r,
+                                   "response_fd": resp_w}, (req_r, resp_w))
+        session.close(req_r, resp_w)
+        tests = session.spawn({"role": "tests", "prompt": prompt, "test": test, "entry": entry,
+                               "request_fd": req_w, "response_fd": resp_r, "verdict_fd": verdict_w,
+                               "marker": marker}, (req_w, resp_r, verdict_w))
+        session.close(req_w, resp_r, verdict_w)
+        if not session.wait(tests):
+            return SandboxResult(False, "timeout", f"timed out after {limits.timeout_s:g} s (sandbox killed)")
+        result = _verdict(session, tests, _read_verdict(verdict_r), marker)
+        if result.passed:
+            return result  # leaving the session kills the candidate's sandbox at once
+        session.settle(candidate)
+        if candidate.popen.returncode not in (0, -signal.SIGKILL):
+            result = SandboxResult(False, result.status, _last_line(candidate) or result.detail)
+        return result
+
+
+def run_humaneval(completion: str, item: Item, timeout_s: float = DEFAULT_TIMEOUT_S) -> SandboxResult:
+    """Run a HumanEval completion (full function or body) against the item's upstream tests."""
     meta = item.meta
     entry = meta["entry_point"]
-    program = (humaneval_program(completion, meta["prompt"], entry) + "\n\n" + meta["test"]
-               + f"\n\ncheck({entry})\n")
-    return run_program(program, timeout_s)
+    program = humaneval_program(completion, meta["prompt"], entry)
+    return run_check(program, meta["prompt"], meta["test"], entry, Limits(timeout_s=timeout_s))
 
 
-def check_humaneval(completion_code: str, item: Any, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
-    """Whether `completion_code` passes the item's HumanEval tests (`check(entry_point)` raises nothing)."""
+def check_humaneval(completion_code: str, item: Item, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """Whether `completion_code` passes the item's HumanEval tests (`check(entry_point)` returns)."""
     result = run_humaneval(completion_code, item, timeout_s)
-    log.debug("%s: %s %s", getattr(item, "id", "?"), result.status, result.detail[:200])
+    log.debug("%s: %s %s", item.id, result.status, result.detail[:200])
     return result.passed
