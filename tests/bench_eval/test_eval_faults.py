@@ -261,3 +261,10 @@ def test_run_ids_change_only_for_budgeted_runs() -> None:
     assert "budget_rule" not in plain  # unbudgeted runs keep the ids they were stored under
     budgeted = EvalSettings("multiarith", "vanilla", "small", "cpu", budget_tokens=500).identity()
     assert budgeted["budget_rule"] == "reserve"
+
+
+def test_the_exit_codes_are_documented_in_the_cli_help() -> None:
+    from lemon.cli.bench_cmds import eval_cmd
+
+    doc = " ".join((eval_cmd.__doc__ or "").split())
+    assert "3 some items ended in error" in doc and "4 --budget-tokens-total ran out" in doc

@@ -7,11 +7,13 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
@@ -169,13 +171,20 @@ class FaultEndpoint:
     chunked_bytes_sent: int = 0
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Threaded, and silent about clients that hang up (which is the point of several faults)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 @contextmanager
 def fault_server(pick: Callable[[dict, int], Fault]) -> Iterator[FaultEndpoint]:
     """A FAULT-INJECTING TEST DOUBLE of an OpenAI-compatible endpoint on 127.0.0.1: request n (0-based) with
     JSON body `b` is answered with `pick(b, n)`."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     endpoint = FaultEndpoint("")
     received = endpoint.received
     lock = threading.Lock()
@@ -219,14 +228,7 @@ def fault_server(pick: Callable[[dict, int], Fault]) -> Iterator[FaultEndpoint]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    class Server(ThreadingHTTPServer):
-        daemon_threads = True
-
-        def handle_error(self, request: object, client_address: object) -> None:
-            if not isinstance(sys.exc_info()[1], ConnectionError):  # a client hanging up is the point here
-                super().handle_error(request, client_address)  # type: ignore[arg-type]
-
-    server = Server(("127.0.0.1", 0), Handler)
+    server = _QuietServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     endpoint.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"

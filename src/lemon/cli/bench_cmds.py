@@ -66,8 +66,9 @@ def eval_cmd(
 ) -> None:
     """Evaluate METHOD on BENCHMARK; results are stored per item as they finish, and re-running resumes.
 
-    Exit status: 0 all requested items computed, none in error; 2 bad input or a broken setup; 3 some items
-    ended in error (counted in the summary; re-run with --retry-errors); 4 --budget-tokens-total ran out first.
+    Exit status: 0 all requested items computed, none in error; 2 bad input or a broken setup (also when the
+    first 8 items all fail); 3 some items ended in error (counted in the summary; re-run with --retry-errors);
+    4 --budget-tokens-total ran out before every item was computed.
     """
     from lemon.bench.evaluate import evaluate, exit_status, summary_lines
 
