@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
@@ -90,5 +94,147 @@ def scripted_http_server(replies: list[tuple[int, bytes, float]]) -> Iterator[tu
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1", received
     finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ---- a fault-injecting OpenAI-compatible endpoint -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One reply of the fault server: HTTP status, body (bytes, or a zero-argument callable returning an
+    iterator of chunks, sent chunked and generated lazily so a huge body costs no memory), extra headers, and
+    a delay before replying (a "hang" when longer than the client's timeout)."""
+
+    status: int = 200
+    body: bytes | Callable[[], Iterator[bytes]] = b""
+    headers: tuple[tuple[str, str], ...] = ()
+    delay_s: float = 0.0
+
+
+def completion(content: object = "The answer is 4.", usage: object = None, *, raw_usage: str | None = None) -> bytes:
+    """A chat-completion body with `content` and `usage` (default: valid counts); `raw_usage` is pasted in as
+    is, for what JSON encoders refuse to write (NaN)."""
+    usage_text = raw_usage if raw_usage is not None else json.dumps(
+        usage if usage is not None else {"prompt_tokens": 9, "completion_tokens": 5})
+    message = json.dumps({"role": "assistant", "content": content})
+    return (f'{{"choices":[{{"index":0,"message":{message},"finish_reason":"stop"}}],'
+            f'"usage":{usage_text}}}').encode()
+
+
+def huge_completion(total_bytes: int) -> Callable[[], Iterator[bytes]]:
+    """A VALID chat completion whose content makes it `total_bytes` long, generated chunk by chunk."""
+
+    def chunks() -> Iterator[bytes]:
+        head, tail = b'{"choices":[{"message":{"content":"', b'"}}]}'
+        yield head
+        left = total_bytes - len(head) - len(tail)
+        block = b"a" * (1 << 16)
+        while left > 0:
+            yield block[:left]
+            left -= len(block)
+        yield tail
+
+    return chunks
+
+
+# Replies that are valid JSON of the wrong shape, or not what they claim (the probe's list).
+WRONG_SHAPES: dict[str, bytes] = {
+    "content_list": completion([{"type": "text", "text": "4"}]),
+    "content_number": completion(4),
+    "missing_choices": b'{"usage": {"prompt_tokens": 1, "completion_tokens": 1}}',
+    "empty_choices": b'{"choices": []}',
+    "choice_not_object": b'{"choices": ["4"]}',
+    "message_missing": b'{"choices": [{"finish_reason": "stop"}]}',
+    "usage_nan": completion(raw_usage='{"prompt_tokens": NaN, "completion_tokens": 1}'),
+    "usage_infinity": completion(raw_usage='{"prompt_tokens": 1, "completion_tokens": Infinity}'),
+    "usage_negative": completion(usage={"prompt_tokens": 5, "completion_tokens": -1000005}),
+    "usage_string": completion(usage={"prompt_tokens": "7", "completion_tokens": 1}),
+    "usage_fraction": completion(usage={"prompt_tokens": 7.5, "completion_tokens": 1}),
+    "usage_bool": completion(usage={"prompt_tokens": True, "completion_tokens": 1}),
+    "usage_huge": completion(raw_usage='{"prompt_tokens": 1e300, "completion_tokens": 1}'),
+    "usage_digits": completion(raw_usage='{"prompt_tokens": ' + "9" * 5000 + ', "completion_tokens": 1}'),
+    "usage_list": completion(usage=[1, 2]),
+    "top_level_list": b'[{"choices": []}]',
+    "finish_reason_number": b'{"choices": [{"message": {"content": "4"}, "finish_reason": 3}]}',
+}
+
+
+@dataclass
+class FaultEndpoint:
+    """What a test sees of the fault server: its URL, every request (arrival time, JSON body), and how many
+    bytes of lazily generated bodies it managed to write before the client hung up."""
+
+    base_url: str
+    received: list[tuple[float, dict]] = field(default_factory=list)
+    chunked_bytes_sent: int = 0
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Threaded, and silent about clients that hang up (which is the point of several faults)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
+@contextmanager
+def fault_server(pick: Callable[[dict, int], Fault]) -> Iterator[FaultEndpoint]:
+    """A FAULT-INJECTING TEST DOUBLE of an OpenAI-compatible endpoint on 127.0.0.1: request n (0-based) with
+    JSON body `b` is answered with `pick(b, n)`."""
+    endpoint = FaultEndpoint("")
+    received = endpoint.received
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            with lock:
+                n = len(received)
+                received.append((time.monotonic(), body))
+            fault = pick(body, n)
+            if fault.delay_s and stop.wait(fault.delay_s):
+                self.close_connection = True
+                return
+            try:
+                self._reply(fault)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the client hung up (as it should on a huge body), or we did
+
+        def _reply(self, fault: Fault) -> None:
+            self.send_response(fault.status)
+            self.send_header("Content-Type", "application/json")
+            for k, v in fault.headers:
+                self.send_header(k, v)
+            if isinstance(fault.body, bytes):
+                self.send_header("Content-Length", str(len(fault.body)))
+                self.end_headers()
+                self.wfile.write(fault.body)
+                return
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for chunk in fault.body():
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                with lock:
+                    endpoint.chunked_bytes_sent += len(chunk)
+            self.wfile.write(b"0\r\n\r\n")
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = _QuietServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    endpoint.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        yield endpoint
+    finally:
+        stop.set()
         server.shutdown()
         server.server_close()

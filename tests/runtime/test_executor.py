@@ -162,13 +162,15 @@ async def test_sampled_agents_get_distinct_stable_seeds_and_vote_picks_the_major
 
 async def test_budget_exceeded_stops_with_partial_trace() -> None:
     b = ScriptedBackend(responder=lambda req: "word " * 50)
-    result = await Executor(pool(b), ROLES, budget=Budget(max_tokens=120)).run(SIX, "t")
+    # Room for some agents' worst cases (prompt bound + max_tokens), not for all six (they cost 982 uncapped).
+    result = await Executor(pool(b), ROLES, budget=Budget(max_tokens=1000)).run(SIX, "t")
     assert result.status == "budget_exceeded" and "budget" in result.stop_reason
     assert result.answer == ""
     stop = result.trace.events[-1]
     assert stop["type"] == "stop" and stop["reason"] == "budget"
     assert any(e["type"] == "return" for e in result.trace.events)  # partial work kept
     assert result.outputs  # and the outputs already produced
+    assert result.charged_tokens <= 1000 and result.budget_scope == "run"
 
 
 async def test_call_timeout_stops_the_run() -> None:

@@ -12,6 +12,17 @@ replicate and still exactly reproducible (each (item, seed) pair gets its own wo
 a per-agent seed from it, and the LLM cache is keyed on it). Use `--temperature 0` for greedy decoding (then
 use one seed). The prompted orchestrator itself writes its spec greedily; seeds vary the workers.
 
+Exit status of `lemon eval` (`exit_status`): 0 when every requested item has a result and none ended in error;
+3 (`EXIT_ITEMS_IN_ERROR`) when some items of the run ended in error (an endpoint or model failed on them: they
+are counted and shown, the others are scored); 4 (`EXIT_BUDGET_SPENT`) when `--budget-tokens-total` ran out
+before every item was computed. 2 stays the code of bad input and broken setups (`LemonError`).
+
+`--budget-tokens-total` caps the tokens of a whole run (workers and orchestrator, items stored by earlier
+invocations included). It never clips a call: a call it cannot pay for in full is refused, and the item it
+belonged to is not stored (it would be a result of the cap, not of the method), so the cap decides HOW MANY
+items are computed, never what an item scores; that is why it is not part of the run id and a larger cap
+resumes the same run.
+
 The per-item function `run_item(ctx, item, seed)` is the unit of work; `ItemContext` holds what it needs
 (pool, executor, task, orchestrator) and is built by `build_context(settings, pool_factory)`, both locally
 and inside each Ray worker (`scale.py`), because pools hold live connections and are not picklable.
@@ -28,12 +39,14 @@ import logging
 import math
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -48,8 +61,15 @@ from lemon.bench.baselines import baseline_spec, method_names
 from lemon.bench.report import RunStats, run_stats
 from lemon.bench.store import ItemRow, ResultsStore, make_run_id
 from lemon.errors import ConfigError, LemonError
-from lemon.llm.base import GenParams
+from lemon.llm.base import GenParams, Message
 from lemon.llm.pool import Pool
+from lemon.runtime.budget import (
+    BudgetExhausted,
+    TokenLedger,
+    check_positive_int,
+    check_timeout,
+    prompt_token_bound,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +79,15 @@ DEFAULT_TEMPERATURE = 0.7
 # Abort when this many first results of an invocation ALL end in `error`: that is a broken setup
 # (unreachable endpoint, missing model), not a method that is wrong, and should not fill the store.
 FAIL_FAST_ERRORS = 8
+EXIT_ITEMS_IN_ERROR = 3
+EXIT_BUDGET_SPENT = 4
+# Budgets reserve before each call (they used to be checked after it, and overshot): a budgeted run's results
+# depend on the rule, so runs with --budget-tokens carry it in their id (runs without one keep theirs).
+BUDGET_RULE = "reserve"
+
+
+class EvalBudgetSpent(LemonError):
+    """`--budget-tokens-total` cannot pay for (the rest of) an item: it is not computed, nor stored."""
 
 
 def method_choices() -> tuple[str, ...]:
@@ -151,6 +180,8 @@ class EvalSettings:
         identity = {"temperature": self.temperature, "max_tokens": self.max_tokens, "n_agents": self.n_agents,
                     "budget_tokens": self.budget_tokens, "call_timeout_s": self.call_timeout_s,
                     "worker_seeds": WORKER_SEEDS}
+        if self.budget_tokens is not None:
+            identity["budget_rule"] = BUDGET_RULE
         policy = policy_identity(self.method)
         if policy is not None:  # only trained runs carry it, so other run ids stay as they were
             identity["policy"] = policy
@@ -167,6 +198,7 @@ class ItemContext:
     roles: Any
     executor: Any
     orchestrator: Any | None
+    eval_budget: TokenLedger | None = None  # the whole run's cap (--budget-tokens-total), local runs only
     check_sem: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:
@@ -245,7 +277,10 @@ def spec_for(ctx: ItemContext, item: Any, seed: int) -> Any:
 
 async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
     """Run one (item, seed): build or propose the spec, execute it, extract, check; the row carries the trace
-    (compact JSON) to the store, which keeps it beside the row (`lemon trace` shows it)."""
+    (compact JSON) to the store, which keeps it beside the row (`lemon trace` shows it).
+
+    An orchestrator that fails (unreachable, or a reply that is not a chat completion) makes an `error` row,
+    like a failing worker; `EvalBudgetSpent` when the evaluation's token cap cannot pay for the item."""
     s = ctx.settings
     task = ctx.task
     prompt = task.format_prompt(item)
@@ -257,14 +292,21 @@ async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
     # seeds of vanilla on MultiArith).
     item_seed = stable_seed(s.benchmark, item.id, seed)
     if ctx.orchestrator is not None:
-        proposal = await ctx.orchestrator.propose(prompt, seed=item_seed)
+        try:
+            proposal = await _propose(ctx, prompt, item_seed)
+        except BudgetExhausted as exc:
+            raise EvalBudgetSpent(str(exc)) from None
+        except LemonError as exc:
+            return _error_row(item, seed, f"orchestrator: {exc}", time.perf_counter() - start)
         spec = proposal.spec
         orch_tokens = int(proposal.tokens)
     else:
         spec = spec_for(ctx, item, seed)
     result = await ctx.executor.run(spec, prompt, seed=item_seed,
                                     vote_key=lambda text: task.extract(text, item),
-                                    task_id=str(item.id))
+                                    task_id=str(item.id), shared_budget=ctx.eval_budget)
+    if result.status == "budget_exceeded" and result.budget_scope == "eval":
+        raise EvalBudgetSpent(result.stop_reason)
     prediction = task.extract(result.answer, item) if result.answer else None
     correct = await _check(ctx, prediction, item) if prediction is not None else False
     latency = time.perf_counter() - start
@@ -274,6 +316,39 @@ async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
                    tokens=tokens, total_tokens=int(result.total_tokens), latency_s=latency, trace_id=trace_id,
                    status=str(result.status), stop_reason=getattr(result, "stop_reason", None),
                    orchestrator_tokens=orch_tokens, trace_json=_compact_json(result.trace.to_json()))
+
+
+async def _propose(ctx: ItemContext, prompt: str, seed: int) -> Any:
+    """The orchestrator's proposal, its worst case reserved first on the evaluation's cap (if any)."""
+    ledger = ctx.eval_budget
+    if ledger is None:
+        return await ctx.orchestrator.propose(prompt, seed=seed)
+    bound = orchestrator_token_bound(ctx.orchestrator, prompt)
+    held = await ledger.reserve(bound, bound, what="the orchestrator")
+    spent = held  # failed or cut off: it may have been billed
+    try:
+        proposal = await ctx.orchestrator.propose(prompt, seed=seed)
+        spent = int(proposal.tokens)
+        return proposal
+    finally:
+        ledger.settle(held, spent)
+
+
+def orchestrator_token_bound(orchestrator: Any, prompt: str) -> int:
+    """The most tokens one proposal can cost: a bound on its prompt plus its generation limit."""
+    if hasattr(orchestrator, "messages"):  # the prompted orchestrator
+        return prompt_token_bound(orchestrator.messages(prompt)) + int(orchestrator.max_tokens)
+    from lemon.orchestrator.policy_prompt import policy_messages
+
+    messages = policy_messages(prompt, orchestrator.roles, orchestrator.levels)
+    return (prompt_token_bound([Message(m["role"], m["content"]) for m in messages])  # type: ignore[arg-type]
+            + int(orchestrator.max_new_tokens))
+
+
+def _error_row(item: Any, seed: int, reason: str, latency_s: float) -> ItemRow:
+    """The row of an item that failed before its spec ran (nothing to score, no trace)."""
+    return ItemRow(item_id=str(item.id), seed=seed, prediction=None, gold=_gold(item), correct=False, tokens={},
+                   total_tokens=0, latency_s=latency_s, trace_id=None, status="error", stop_reason=reason)
 
 
 def _compact_json(data: Any) -> str:
@@ -308,6 +383,11 @@ class EvalSummary:
     computed: int          # (item, seed) pairs computed by this call
     skipped: int           # already in the store (resumed)
     stats: RunStats
+    in_error: int = 0      # requested pairs whose stored status is `error` (this call's and earlier ones)
+    not_computed: int = 0  # pairs left out because --budget-tokens-total was used up
+    budget_tokens_total: int | None = None
+    eval_tokens: int | None = None  # tokens charged to that cap (stored rows' tokens included)
+    top_error: str | None = None    # the most common stop_reason of the rows in error
 
 
 class _Tracker:
@@ -366,6 +446,7 @@ async def evaluate(
     n_agents: int | None = None,
     budget_tokens: int | None = None,
     call_timeout_s: float | None = None,
+    budget_tokens_total: int | None = None,
     cache: bool = True,
     retry_errors: bool = False,
     progress: bool = True,
@@ -380,18 +461,16 @@ async def evaluate(
     pairs already stored are skipped. `pool_factory` replaces `load_pool(pool)` (tests; `pool` still names
     the run). `ray_address` runs each (item, seed) as a Ray task (see `scale.py`). `shard=(i, n)` computes only
     every n-th (item, seed) pair starting at i, so n processes (one model each, e.g. on one GPU) can fill ONE run of
-    one store together; the store's per-pair rows keep the union exact.
+    one store together; the store's per-pair rows keep the union exact. `budget_tokens_total` caps the tokens of
+    the whole run (see the module docstring).
     """
     from lemon.bench.datasets import load_split
 
     task = get_task(benchmark)
     check_method(method)
-    if seeds < 1 or concurrency < 1 or (limit is not None and limit < 1):
-        raise LemonError("--seeds, --concurrency and --limit must be at least 1")
-    if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
-        raise LemonError(f"--shard must be I/N with 0 <= I < N, got {shard[0]}/{shard[1]}")
-    if not 0.0 <= temperature <= 2.0:
-        raise LemonError(f"--temperature must be in [0, 2], got {temperature}")
+    _check_options(seeds=seeds, concurrency=concurrency, limit=limit, shard=shard, temperature=temperature,
+                   max_tokens=max_tokens, budget_tokens=budget_tokens, call_timeout_s=call_timeout_s,
+                   budget_tokens_total=budget_tokens_total, ray_address=ray_address)
     split = _resolve_split(benchmark, split)
     items = list(load_split(benchmark, split, data_dir=data_dir))
     if limit is not None:
@@ -414,6 +493,8 @@ async def evaluate(
         config = {**identity, "kind": task.kind, "limit": limit,
                   "pool_identity": pool_identity(pool), "item_ids_sha256": ids_hash,
                   "lemon_version": _lemon_version()}
+        if budget_tokens_total is not None:  # recorded, not identity: it never changes an item's result
+            config["budget_tokens_total"] = budget_tokens_total
         db.ensure_run(run_id, benchmark=benchmark, split=split, method=method, pool=pool, level=level,
                       seeds=seeds, n_items=len(items), config=config)
         if retry_errors:
@@ -427,8 +508,12 @@ async def evaluate(
         skipped = len(todo) - len(pending)
         if skipped:
             log.info("run %s: resuming, %d of %d (item, seed) pairs stored", run_id, skipped, len(todo))
-        tracker = _Tracker(db.items(run_id, item_ids=list(by_id), seeds=range(seeds)))
+        stored = db.items(run_id, item_ids=list(by_id), seeds=range(seeds))
+        tracker = _Tracker(stored)
+        eval_budget = None if budget_tokens_total is None else TokenLedger(
+            budget_tokens_total, "eval", used=sum(r.total_tokens + r.orchestrator_tokens for r in stored))
         jobs = [(by_id[i], s) for i, s in pending]
+        not_computed = 0
         bar = _progress(console, progress)
         with bar:
             bar_task = bar.add_task(f"{benchmark}/{split} {method}", total=len(todo), completed=skipped,
@@ -446,8 +531,8 @@ async def evaluate(
                     await run_with_ray(ray_address, settings, jobs, record, concurrency=concurrency,
                                        pool_factory=pool_factory)
                 else:
-                    await _run_local(settings, jobs, record, concurrency=concurrency,
-                                     pool_factory=pool_factory)
+                    not_computed = await _run_local(settings, jobs, record, concurrency=concurrency,
+                                                    pool_factory=pool_factory, eval_budget=eval_budget)
             except LemonError as exc:
                 raise type(exc)(f"{exc} [{tracker.n} of {len(keys)} results are stored in {db.path}; "
                                 "re-run the same command to resume]") from exc
@@ -456,7 +541,11 @@ async def evaluate(
         assert info is not None
         return EvalSummary(run_id=run_id, store_path=db.path, benchmark=benchmark, split=split, method=method,
                            pool=pool, level=level, n_items=len(items), seeds=seeds, computed=len(tracker.new),
-                           skipped=skipped, stats=run_stats(info, rows))
+                           skipped=skipped, stats=run_stats(info, rows),
+                           in_error=sum(r.status == "error" for r in rows), not_computed=not_computed,
+                           budget_tokens_total=budget_tokens_total,
+                           eval_tokens=None if eval_budget is None else eval_budget.used,
+                           top_error=_top_error(rows))
     finally:
         if own_store:
             db.close()
@@ -464,16 +553,28 @@ async def evaluate(
 
 async def _run_local(settings: EvalSettings, jobs: Sequence[tuple[Any, int]],
                      record: Callable[[ItemRow], None], *, concurrency: int,
-                     pool_factory: PoolFactory | None) -> None:
-    """All jobs in this process, at most `concurrency` in flight; each row is recorded as it finishes."""
+                     pool_factory: PoolFactory | None, eval_budget: TokenLedger | None = None) -> int:
+    """All jobs in this process, at most `concurrency` in flight; each row is recorded as it finishes.
+    Returns how many jobs were left out because `eval_budget` ran out (none is started after that)."""
     if not jobs:
-        return
+        return 0
     ctx = build_context(settings, pool_factory)
+    ctx.eval_budget = eval_budget
     sem = asyncio.Semaphore(concurrency)
+    left_out = 0
 
     async def one(item: Any, seed: int) -> None:
+        nonlocal left_out
         async with sem:
-            row = await run_item(ctx, item, seed)
+            if eval_budget is not None and eval_budget.refused:
+                left_out += 1
+                return
+            try:
+                row = await run_item(ctx, item, seed)
+            except EvalBudgetSpent as exc:
+                log.info("%s seed %d not computed: %s", item.id, seed, exc)
+                left_out += 1
+                return
         record(row)  # on the event loop thread: the store sees one writer
 
     try:
@@ -484,6 +585,27 @@ async def _run_local(settings: EvalSettings, jobs: Sequence[tuple[Any, int]],
         raise _first_error(group) from None
     finally:
         await ctx.aclose()
+    return left_out
+
+
+def _check_options(*, seeds: int, concurrency: int, limit: int | None, shard: tuple[int, int] | None,
+                   temperature: float, max_tokens: int | None, budget_tokens: int | None,
+                   call_timeout_s: float | None, budget_tokens_total: int | None, ray_address: str | None) -> None:
+    """One-line usage errors for option values that would otherwise mean something else (0 = unlimited)."""
+    if seeds < 1 or concurrency < 1 or (limit is not None and limit < 1):
+        raise LemonError("--seeds, --concurrency and --limit must be at least 1")
+    if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
+        raise LemonError(f"--shard must be I/N with 0 <= I < N, got {shard[0]}/{shard[1]}")
+    if not 0.0 <= temperature <= 2.0:
+        raise LemonError(f"--temperature must be in [0, 2], got {temperature}")
+    check_positive_int("--max-tokens", max_tokens)
+    check_positive_int("--budget-tokens", budget_tokens)
+    check_positive_int("--budget-tokens-total", budget_tokens_total)
+    check_timeout("--timeout", call_timeout_s)
+    if budget_tokens_total is not None and (ray_address or shard is not None):
+        # Each process would count against its own copy of the cap.
+        raise LemonError("--budget-tokens-total caps one process's evaluation; it cannot be combined with "
+                         "--ray or --shard")
 
 
 def _first_error(group: BaseExceptionGroup) -> BaseException:
@@ -523,6 +645,24 @@ def _lemon_version() -> str:
     return __version__
 
 
+def _top_error(rows: Sequence[ItemRow]) -> str | None:
+    reasons = Counter(r.stop_reason or "no reason recorded" for r in rows if r.status == "error")
+    if not reasons:
+        return None
+    reason, n = reasons.most_common(1)[0]
+    one = " ".join(reason.split())
+    return f"{one[:300]}{'…' if len(one) > 300 else ''} ({n}x)"
+
+
+def exit_status(summary: EvalSummary) -> int:
+    """`lemon eval`'s exit code: 3 if items ended in error, else 4 if the token cap left items out, else 0."""
+    if summary.in_error:
+        return EXIT_ITEMS_IN_ERROR
+    if summary.not_computed:
+        return EXIT_BUDGET_SPENT
+    return 0
+
+
 def summary_lines(summary: EvalSummary) -> list[str]:
     """Human-readable lines for the CLI (rich markup)."""
     st = summary.stats
@@ -537,4 +677,21 @@ def summary_lines(summary: EvalSummary) -> list[str]:
         f"computed {summary.computed}, resumed {summary.skipped}; run {summary.run_id} "
         f"in {summary.store_path}",
         f"traces: in the store; show one with `lemon trace {summary.run_id} ITEM_ID --store {summary.store_path}`",
+        *_problem_lines(summary),
     ]
+
+
+def _problem_lines(summary: EvalSummary) -> list[str]:
+    lines = []
+    if summary.budget_tokens_total is not None:
+        lines.append(f"tokens charged to --budget-tokens-total: {summary.eval_tokens:,} of "
+                     f"{summary.budget_tokens_total:,}")
+    if summary.in_error:
+        lines.append(f"[bold red]{summary.in_error} of {summary.n_items * summary.seeds} (item, seed) pairs ended "
+                     f"in error[/] (exit status {EXIT_ITEMS_IN_ERROR}); fix the cause, then re-run with "
+                     "--retry-errors")
+        lines.append(f"most common error: {escape(summary.top_error or '')}")
+    if summary.not_computed:
+        lines.append(f"[bold yellow]{summary.not_computed} (item, seed) pairs not computed[/]: --budget-tokens-total "
+                     f"is used up (exit status {EXIT_BUDGET_SPENT}); re-run with a larger one to continue")
+    return lines

@@ -54,6 +54,9 @@ def eval_cmd(
     max_tokens: Annotated[int | None, typer.Option(help="Max new tokens per agent call.")] = None,
     agents: Annotated[int | None, typer.Option(help="Agents in sc-cot/chain/complete/random.")] = None,
     budget_tokens: Annotated[int | None, typer.Option(help="Cap on worker tokens per item.")] = None,
+    budget_tokens_total: Annotated[int | None, typer.Option(
+        help="Cap on the tokens of the whole run (workers and orchestrator, earlier invocations included); "
+             "items it cannot pay for are not computed (exit 4); a larger cap resumes.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
     retry_errors: Annotated[bool, typer.Option("--retry-errors",
@@ -62,8 +65,13 @@ def eval_cmd(
     shard: Annotated[str | None, typer.Option(help="I/N: only every N-th pending item from I (parallel "
                                                    "processes filling one store).")] = None,
 ) -> None:
-    """Evaluate METHOD on BENCHMARK; results are stored per item as they finish, and re-running resumes."""
-    from lemon.bench.evaluate import evaluate, summary_lines
+    """Evaluate METHOD on BENCHMARK; results are stored per item as they finish, and re-running resumes.
+
+    Exit status: 0 all requested items computed, none in error; 2 bad input or a broken setup (also when the
+    first 8 items all fail); 3 some items ended in error (counted in the summary; re-run with --retry-errors);
+    4 --budget-tokens-total ran out before every item was computed.
+    """
+    from lemon.bench.evaluate import evaluate, exit_status, summary_lines
 
     console, err_console = _consoles()
     summary = asyncio.run(
@@ -71,12 +79,16 @@ def eval_cmd(
             benchmark, method, split=split, limit=limit, seeds=seeds, pool=pool, level=level,
             concurrency=concurrency, store=store, data_dir=data_dir, temperature=temperature,
             max_tokens=max_tokens, n_agents=agents, budget_tokens=budget_tokens, call_timeout_s=timeout,
-            cache=not no_cache, retry_errors=retry_errors, progress=True, console=err_console,
+            budget_tokens_total=budget_tokens_total, cache=not no_cache, retry_errors=retry_errors, progress=True,
+            console=err_console,
             ray_address=ray, shard=_parse_shard(shard),
         )
     )
     for line in summary_lines(summary):
         console.print(line, highlight=False)
+    code = exit_status(summary)
+    if code:
+        raise typer.Exit(code)
 
 
 def report_cmd(

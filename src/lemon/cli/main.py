@@ -54,6 +54,15 @@ TraceDirOpt = Annotated[Path | None, typer.Option(help="Where to save the trace 
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")]
 
 
+def _check_run_options(max_tokens: int, budget_tokens: int | None, timeout: float | None) -> None:
+    """Usage errors for values a backend would read as "unlimited" (0, -1) or that cannot be met."""
+    from lemon.runtime.budget import check_positive_int, check_timeout
+
+    check_positive_int("--max-tokens", max_tokens)
+    check_positive_int("--budget-tokens", budget_tokens)
+    check_timeout("--timeout", timeout)
+
+
 @app.command()
 def run(
     task: Annotated[str, typer.Argument(help="The task, e.g. a GSM8K-style question.")],
@@ -77,6 +86,7 @@ def run(
     """Orchestrate TASK into a spec, execute it, and show the spec, the answer and tokens per agent."""
     from lemon.cli.session import RunOptions, run_task
 
+    _check_run_options(max_tokens, budget_tokens, timeout)
     if not 0.0 <= temperature <= 2.0:
         raise LemonError(f"--temperature must be in [0, 2], got {temperature}")
     opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, trace_dir, cache=not no_cache,
@@ -99,6 +109,7 @@ def exec_(
     """Execute an existing SPEC on TASK."""
     from lemon.cli.session import RunOptions, exec_spec
 
+    _check_run_options(max_tokens, budget_tokens, timeout)
     opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, trace_dir, cache=not no_cache)
     _run_async(exec_spec(console, spec, task, opts))
 

@@ -12,6 +12,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from lemon.errors import BackendError, ConfigError
+
 Role = Literal["system", "user", "assistant"]
 
 
@@ -31,6 +33,12 @@ class GenParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     repeat_penalty: float | None = None
+
+    def __post_init__(self) -> None:
+        # 0 or a negative count means "unlimited" to some servers (llama.cpp: -1): never what a caller meant.
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ConfigError(f"max_tokens must be a positive integer, got {self.max_tokens!r}; "
+                              "fix --max-tokens or the pool's defaults")
 
     @property
     def deterministic(self) -> bool:
@@ -64,6 +72,16 @@ class Completion:
     latency_s: float
     model: str
     cached: bool = False
+
+    def __post_init__(self) -> None:
+        # The backstop for every backend (and the LLM cache): costs are sums of these, so a negative or
+        # non-integer count would corrupt every total it reaches.
+        for n in (self.prompt_tokens, self.completion_tokens):
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise BackendError(f"{self.model}: reported a token count of {n!r}; token counts are "
+                                   "non-negative integers (check the backend)")
+        if not isinstance(self.text, str):
+            raise BackendError(f"{self.model}: replied with {type(self.text).__name__}, not text")
 
     @property
     def total_tokens(self) -> int:

@@ -1,7 +1,11 @@
 """Any OpenAI-compatible endpoint (vLLM, llama.cpp server, Ollama, OpenAI) behind the backend seam.
 
 Bounded concurrency per backend, a per-call timeout, and retries with exponential backoff on TRANSIENT
-errors only (connection failures, timeouts, 429, 5xx); a bad request or a wrong key fails at once. A request
+errors only (connection failures, timeouts, 429, 5xx), waiting at least what the server's `Retry-After` asks
+(and failing at once when it asks for more than `max_retry_after_s`); a bad request or a wrong key fails at once.
+An endpoint is not trusted: the body is read with a byte cap (`max_body_bytes`) and every reply is validated
+(`ChatReply`) before anything uses it, so a wrong shape, a non-string content or a negative / NaN / string
+token count is a `BackendError` for that one call, never a traceback and never a negative cost. A request
 with a JSON schema is translated into the form the target accepts: llama.cpp's server takes
 `response_format={"type": "json_object", "schema": S}` and rejects OpenAI's `json_schema` form (models.md).
 
@@ -14,13 +18,17 @@ evaluation's throughput (benchmarks/bench_eval.py, P7).
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import logging
+import math
 import os
 import time
-from typing import Any, Literal
+from datetime import UTC
+from typing import Annotated, Any, Literal
 
 import aiohttp
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from lemon.errors import BackendError, ConfigError
 from lemon.llm.base import ChatRequest, Completion
@@ -29,13 +37,107 @@ log = logging.getLogger(__name__)
 
 SchemaStyle = Literal["llama_cpp", "openai"]
 
+# A chat completion of a few thousand tokens is tens of kB; 8 MB is far above any honest reply and far below
+# what would hurt the process (a hostile endpoint sent 1.5 GB, read whole: 4.2 GB RSS).
+MAX_BODY_BYTES = 8 * 1024 * 1024
+# Error bodies are only quoted in a one-line message: the first 64 kB are plenty.
+MAX_ERROR_BODY_BYTES = 64 * 1024
+# The longest `Retry-After` we wait for; a server asking for more fails the call at once (we neither ignore
+# its request nor hang an evaluation on it).
+MAX_RETRY_AFTER_S = 60.0
+# Larger counts than this are not token counts (no context window is that long).
+MAX_TOKEN_COUNT = 2**31 - 1
+
+
+def _token_count(value: Any) -> int:
+    """A JSON token count: an integer (or an integral float such as 7.0); not bool, NaN, inf or a string."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"a token count must be a number, got {type(value).__name__}")
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer():
+            raise ValueError(f"a token count must be a whole number, got {value!r}")
+        return int(value)
+    return value
+
+
+TokenCount = Annotated[int, BeforeValidator(_token_count), Field(ge=0, le=MAX_TOKEN_COUNT)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ReplyMessage(_Model):
+    # Strict: a list of content parts, a number or an object is not text this runtime can use.
+    content: Annotated[str | None, Field(strict=True)] = None
+
+
+class ReplyChoice(_Model):
+    message: ReplyMessage
+    finish_reason: Annotated[str | None, Field(strict=True, max_length=64)] = None
+
+
+class ReplyUsage(_Model):
+    prompt_tokens: TokenCount = 0
+    completion_tokens: TokenCount = 0
+
+
+class ChatReply(_Model):
+    """The part of an OpenAI chat completion LEMON reads, validated: at least one choice whose content is a
+    string (or null), and token counts that are non-negative whole numbers. Usage may be absent (counted 0)."""
+
+    choices: list[ReplyChoice] = Field(min_length=1)
+    usage: ReplyUsage | None = None
+
+    @property
+    def text(self) -> str:
+        return self.choices[0].message.content or ""
+
+
+def parse_reply(raw: bytes, where: str) -> ChatReply:
+    """`raw` as a validated `ChatReply`, or a one-line `BackendError` naming what is wrong with it."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or an integer over Python's digit limit
+        data = None
+    if not isinstance(data, dict):
+        raise BackendError(f"{where} answered with something that is not a chat completion: "
+                           f"{_short(raw[:4096].decode(errors='replace'))}")
+    try:
+        return ChatReply.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "reply"
+        raise BackendError(f"{where} sent a malformed chat completion: {loc}: {_short(err['msg'], 120)} "
+                           f"(got {_short(repr(err.get('input')), 60)}); check the server and its model") from None
+
+
+def retry_after_s(value: str | None, now: float | None = None) -> float | None:
+    """Seconds asked for by a `Retry-After` header (delta-seconds or an HTTP date); None if absent or unreadable."""
+    if not value or len(value) > 64:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(seconds):
+        return None
+    return max(seconds, 0.0)
+
 
 class _Transient(Exception):
-    """A failure worth retrying: no connection, a timeout, HTTP 429 or 5xx."""
+    """A failure worth retrying: no connection, a timeout, HTTP 429 or 5xx (with the server's Retry-After)."""
 
-    def __init__(self, what: str, hint: str) -> None:
+    def __init__(self, what: str, hint: str, retry_after: float | None = None) -> None:
         super().__init__(what)
-        self.what, self.hint = what, hint
+        self.what, self.hint, self.retry_after = what, hint, retry_after
 
 
 class OpenAIBackend:
@@ -43,7 +145,8 @@ class OpenAIBackend:
 
     def __init__(self, base_url: str, model: str, *, api_key_env: str | None = None, concurrency: int = 4,
                  timeout_s: float = 120.0, max_retries: int = 3, backoff_s: float = 0.5,
-                 schema_style: SchemaStyle = "llama_cpp", extensions: bool = True) -> None:
+                 schema_style: SchemaStyle = "llama_cpp", extensions: bool = True,
+                 max_body_bytes: int = MAX_BODY_BYTES, max_retry_after_s: float = MAX_RETRY_AFTER_S) -> None:
         key = "not-needed"
         if api_key_env:
             key = os.environ.get(api_key_env, "")
@@ -53,6 +156,8 @@ class OpenAIBackend:
         self.model = model
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.max_body_bytes = max_body_bytes
+        self.max_retry_after_s = max_retry_after_s
         self.schema_style = schema_style
         self.extensions = extensions  # llama.cpp / vLLM sampling extensions (repeat_penalty, grammar)
         self._url = base_url.rstrip("/") + "/chat/completions"
@@ -105,20 +210,28 @@ class OpenAIBackend:
             for attempt in range(self.max_retries + 1):
                 start = time.perf_counter()
                 try:
-                    out = await self._post(payload)
+                    reply = await self._post(payload)
                     break
                 except _Transient as exc:
-                    if attempt == self.max_retries:
-                        raise BackendError(f"endpoint {self.base_url} {exc.what} after {attempt + 1} attempt(s) "
-                                           f"({exc.hint})") from None
-                    delay = self.backoff_s * 2**attempt
-                    log.warning("%s: %s; retry %d in %.1fs", self.base_url, exc.what, attempt + 1, delay)
-                    await asyncio.sleep(delay)
-        choices = out.get("choices") or [{}]
-        usage = out.get("usage") or {}
-        text = (choices[0].get("message") or {}).get("content") or ""
-        return Completion(text, int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
+                    await self._before_retry(exc, attempt)
+        usage = reply.usage or ReplyUsage()
+        return Completion(reply.text, usage.prompt_tokens, usage.completion_tokens,
                           time.perf_counter() - start, self.model_id)
+
+    async def _before_retry(self, exc: _Transient, attempt: int) -> None:
+        """Sleep before the next attempt (backoff, or longer if the server said so); raise if none is left."""
+        tries = f"after {attempt + 1} attempt(s)"
+        if attempt == self.max_retries:
+            raise BackendError(f"endpoint {self.base_url} {exc.what} {tries} ({exc.hint})") from None
+        delay = self.backoff_s * 2**attempt
+        if exc.retry_after is not None:
+            if exc.retry_after > self.max_retry_after_s:
+                raise BackendError(f"endpoint {self.base_url} {exc.what} {tries} and asks to wait "
+                                   f"{exc.retry_after:.0f}s (more than {self.max_retry_after_s:.0f}s): "
+                                   f"{exc.hint}; try again later or lower the concurrency") from None
+            delay = max(delay, exc.retry_after)
+        log.warning("%s: %s; retry %d in %.1fs", self.base_url, exc.what, attempt + 1, delay)
+        await asyncio.sleep(delay)
 
     def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -129,29 +242,32 @@ class OpenAIBackend:
                                                                    headers=self._headers)
         return session
 
-    async def _post(self, payload: bytes) -> dict[str, Any]:
+    async def _post(self, payload: bytes) -> ChatReply:
         """POST /chat/completions once; `_Transient` for what a retry may fix, `BackendError` for the rest."""
         try:
             async with self._session().post(self._url, data=payload) as response:
-                raw = await response.read()
                 status = response.status
+                if status >= 400:
+                    raw = await _read_capped(response, MAX_ERROR_BODY_BYTES, truncate=True)
+                    retry_after = retry_after_s(response.headers.get("Retry-After"))
+                else:
+                    raw = await _read_capped(response, self.max_body_bytes, truncate=False)
         except TimeoutError:
             raise _Transient("timed out", "raise timeout_s in the pool file or check the server's load") from None
         except aiohttp.ClientConnectionError as exc:
             raise _Transient("cannot be reached",
                              f"connection refused or no route; is the server running? {type(exc).__name__}") from None
+        except aiohttp.ClientPayloadError as exc:
+            raise _Transient("sent a broken body", f"{type(exc).__name__}: {_short(str(exc), 80)}") from None
+        except _TooLarge as exc:
+            raise BackendError(f"{self.base_url} sent a reply larger than {self.max_body_bytes} bytes "
+                               f"({exc}); not read further, check the server") from None
         if status == 429 or status >= 500:
-            raise _Transient("kept failing", f"HTTP {status}: {_error_message(raw)}")
+            raise _Transient("kept failing", f"HTTP {status}: {_error_message(raw)}",
+                             retry_after if status in (429, 503) else None)
         if status >= 400:
             raise BackendError(f"{self.base_url} refused the request (HTTP {status}): {_error_message(raw)}")
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
-            raise BackendError(f"{self.base_url} answered with something that is not a chat completion: "
-                               f"{_short(raw.decode(errors='replace'))}")
-        return data
+        return parse_reply(raw, self.base_url)
 
     async def prepare(self) -> None:
         return None  # connectivity is checked by the first call, with retries
@@ -162,6 +278,26 @@ class OpenAIBackend:
         for loop, session in sessions.items():
             if loop is current and not session.closed:  # a session of a finished loop cannot be awaited
                 await session.close()
+
+
+class _TooLarge(Exception):
+    """A body over the byte cap (the message says how far it got)."""
+
+
+async def _read_capped(response: aiohttp.ClientResponse, cap: int, *, truncate: bool) -> bytes:
+    """The body, read in chunks and never more than `cap` bytes: past it, the first `cap` bytes when
+    `truncate`, else `_TooLarge` (leaving the `async with` then closes the connection, unread)."""
+    declared = response.content_length
+    if declared is not None and declared > cap and not truncate:
+        raise _TooLarge(f"Content-Length {declared}")
+    buf = bytearray()
+    async for chunk in response.content.iter_chunked(1 << 16):
+        buf += chunk
+        if len(buf) > cap:
+            if truncate:
+                return bytes(buf[:cap])
+            raise _TooLarge(f"more than {cap} bytes received")
+    return bytes(buf)
 
 
 def _error_message(raw: bytes) -> str:

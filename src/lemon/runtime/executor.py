@@ -7,6 +7,9 @@ name), so its key in the node cache changes exactly when something upstream of i
 Agents that cannot reach the output are not run (they could not change the answer): they are recorded as
 `despawn` events. A run that hits its token budget, a call timeout or a backend error stops with that
 status, keeps the partial trace and says why; it never fails silently.
+Budgets cap (see `budget.py`): each call reserves its worst case on the run's ledger (and on a shared one, e.g.
+an evaluation's) before it is sent, with `max_tokens` clipped to what remains; a clipped request has its own
+node-cache key, so a truncated answer is never served to a run that could afford the full one.
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ from typing import Any, Literal
 from lemon.errors import LemonError
 from lemon.llm.base import ChatRequest, GenParams, Message, request_key
 from lemon.llm.pool import Pool
-from lemon.runtime.budget import Budget
+from lemon.runtime.budget import (
+    Budget,
+    BudgetExhausted,
+    TokenLedger,
+    prompt_token_bound,
+    reserve_all,
+    settle_all,
+)
 from lemon.runtime.node_cache import NodeCache, NodeOutput
 from lemon.runtime.trace import Trace
 from lemon.spec.model import Agent, Spec
@@ -63,6 +73,10 @@ class RunResult:
     llm_cache_hits: int = 0    # backend requests answered by the persistent LLM cache
     spent_tokens: int = 0      # tokens of calls actually computed in this run (no cache of either kind)
     skipped: tuple[str, ...] = ()
+    # Tokens charged to the run's budget: every agent's tokens, plus the reservation of any call that was cut
+    # off in flight (a stopped run may still be billed for it).
+    charged_tokens: int = 0
+    budget_scope: str | None = None  # for status budget_exceeded: which ledger ran out ("run", "eval", ...)
 
     @property
     def total_tokens(self) -> int:
@@ -71,10 +85,11 @@ class RunResult:
 
 
 class _Stop(Exception):
-    def __init__(self, status: Status, reason: str) -> None:
+    def __init__(self, status: Status, reason: str, scope: str | None = None) -> None:
         super().__init__(reason)
         self.status = status
         self.reason = reason
+        self.scope = scope
 
 
 def derive_seed(seed: int, agent: str) -> int:
@@ -146,11 +161,18 @@ class Executor:
 
     async def run(self, spec: Spec, task: str, *, seed: int = 0, vote_key: VoteKey | None = None,
                   task_id: str | None = None, orchestrator: dict[str, Any] | None = None,
-                  node_cache: NodeCache | None = None) -> RunResult:
-        """Execute `spec` (already validated) on `task`; never raises for budget, timeout or backend errors."""
+                  node_cache: NodeCache | None = None, shared_budget: TokenLedger | None = None) -> RunResult:
+        """Execute `spec` (already validated) on `task`; never raises for budget, timeout or backend errors.
+
+        `shared_budget` is charged every call too (e.g. a whole evaluation's cap); it never clips a call, only
+        refuses it (the run then stops with status budget_exceeded and `budget_scope` = its scope).
+        """
         cache = node_cache if node_cache is not None else self.node_cache
+        ledgers = [TokenLedger(self.budget.max_tokens, "run")]
+        if shared_budget is not None:
+            ledgers.append(shared_budget)
         return await _Run(self, spec, task, seed, vote_key, task_id, orchestrator,
-                          cache if cache is not None else NodeCache()).execute()
+                          cache if cache is not None else NodeCache(), tuple(ledgers)).execute()
 
 
 @dataclass
@@ -163,12 +185,13 @@ class _Run:
     task_id: str | None
     orchestrator: dict[str, Any] | None
     cache: NodeCache
+    ledgers: tuple[TokenLedger, ...]  # the run's own first (it may clip), then shared ones (they never clip)
     trace: Trace = field(init=False)
     outputs: dict[str, str] = field(default_factory=dict)
     returns: dict[str, dict[str, Any]] = field(default_factory=dict)
     tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
-    used_tokens: int = 0
     spent_tokens: int = 0
+    budget_scope: str | None = None
     calls: int = 0
     hits: int = 0
     llm_hits: int = 0
@@ -197,22 +220,7 @@ class _Run:
         skipped = tuple(a.name for a in spec.agents if a.name not in needed)
         for name in skipped:
             self._emit("despawn", name, reason="not an ancestor of the output agent; not run")
-        status: Status = "ok"
-        reason = "final answer"
-        tasks: dict[str, asyncio.Task[None]] = {}
-        try:
-            async with asyncio.TaskGroup() as tg:
-                for a in spec.agents:  # validated specs may list a child before its parent: wait on futures
-                    if a.name in needed:
-                        tasks[a.name] = tg.create_task(self._agent(a, tasks, decision), name=a.name)
-        except BaseExceptionGroup as group:
-            stop, others = group.split(_Stop)
-            if others is not None:
-                raise _unwrap(others) from None
-            assert stop is not None
-            first = _unwrap(stop)
-            assert isinstance(first, _Stop)
-            status, reason = first.status, first.reason
+        status, reason = await self._run_agents(needed, decision)
         answer = self.outputs.get(output, "") if status == "ok" else ""
         if status == "ok":
             agg = self._emit("aggregate", output, **{"from": list(spec.agent(output).depends_on)})
@@ -228,14 +236,34 @@ class _Run:
             by_level[tok["capacity"]] = by_level.get(tok["capacity"], 0) + tok["prompt"] + tok["completion"]
         messages = sum(1 for e in self.trace.events if e["type"] == "message")
         t.costs = {"tokens": sum(by_level.values()), "spent_tokens": self.spent_tokens, "wall_clock_s": wall,
-                   "messages": messages, "calls": self.calls}
+                   "messages": messages, "calls": self.calls, "charged_tokens": self.ledgers[0].used}
         t.metrics = {"status": status, "node_cache_hits": self.hits, "llm_cache_hits": self.llm_hits,
                      "tokens_by_level": by_level, "skipped_agents": list(skipped)}
         t.contents = dict(self.outputs)
         return RunResult(answer=answer, status=status, stop_reason=reason, tokens_by_agent=self.tokens,
                          tokens_by_level=by_level, wall_s=wall, trace=t, outputs=dict(self.outputs),
                          calls=self.calls, cache_hits=self.hits, llm_cache_hits=self.llm_hits,
-                         spent_tokens=self.spent_tokens, skipped=skipped)
+                         spent_tokens=self.spent_tokens, skipped=skipped, charged_tokens=self.ledgers[0].used,
+                         budget_scope=self.budget_scope)
+
+    async def _run_agents(self, needed: frozenset[str], decision: dict[str, Any] | None) -> tuple[Status, str]:
+        """Run the needed agents, each as soon as its parents return; the first stop cancels the rest."""
+        tasks: dict[str, asyncio.Task[None]] = {}
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for a in self.spec.agents:  # validated specs may list a child before its parent: wait on futures
+                    if a.name in needed:
+                        tasks[a.name] = tg.create_task(self._agent(a, tasks, decision), name=a.name)
+        except BaseExceptionGroup as group:
+            stop, others = group.split(_Stop)
+            if others is not None:
+                raise _unwrap(others) from None
+            assert stop is not None
+            first = _unwrap(stop)
+            assert isinstance(first, _Stop)
+            self.budget_scope = first.scope
+            return first.status, first.reason
+        return "ok", "final answer"
 
     async def _agent(self, agent: Agent, tasks: dict[str, asyncio.Task[None]],
                      decision: dict[str, Any] | None) -> None:
@@ -262,24 +290,38 @@ class _Run:
         ret = self._emit("return", agent.name, tokens=out.tokens, cached=hit, content_ref=f"contents/{agent.name}")
         self.returns[agent.name] = ret
         self.trace.edge(spawn, ret, "return")
-        self.used_tokens += out.tokens
-        cap = ex.budget.max_tokens
-        if cap is not None and self.used_tokens > cap:
-            raise _Stop("budget_exceeded", f"token budget exceeded: {self.used_tokens} > {cap} tokens "
-                                           f"after agent {agent.name!r}")
+        for ledger in self.ledgers:  # only a backend that ignores max_tokens (or the prompt bound) gets here
+            if ledger.cap is not None and ledger.used > ledger.cap:
+                raise _Stop("budget_exceeded", f"{ledger.scope} token budget exceeded: {ledger.used} > "
+                                               f"{ledger.cap} tokens after agent {agent.name!r} (its backend "
+                                               "did not honour max_tokens)", ledger.scope)
+
+    async def _reserve(self, agent: Agent, request: ChatRequest) -> tuple[ChatRequest, int]:
+        """Reserve the call's worst case on every ledger; the request comes back with max_tokens clipped to
+        what the budget allows. `_Stop` when not even one completion token fits."""
+        bound = prompt_token_bound(request.messages)
+        want = request.params.max_tokens
+        clip = [i == 0 for i in range(len(self.ledgers))]
+        try:
+            held = await reserve_all(self.ledgers, bound + 1, bound + want, what=f"agent {agent.name!r}", clip=clip)
+        except BudgetExhausted as exc:
+            raise _Stop("budget_exceeded", str(exc), exc.scope) from None
+        if held - bound < want:
+            request = replace(request, params=replace(request.params, max_tokens=held - bound))
+        return request, held
 
     async def _call(self, agent: Agent, parents: dict[str, str]) -> tuple[NodeOutput, bool]:
         ex = self.ex
-        cap = ex.budget.max_tokens
-        if cap is not None and self.used_tokens >= cap:
-            raise _Stop("budget_exceeded", f"token budget of {cap} used up before agent {agent.name!r}")
         backend = ex.pool.backend(agent.capacity)
-        request = ex.request(agent, self.task, parents, self.spec, self.seed)
+        request, held = await self._reserve(agent, ex.request(agent, self.task, parents, self.spec, self.seed))
         key = request_key(backend.model_id, request)
+        sent = False
 
         async def compute() -> NodeOutput:
+            nonlocal sent
             async with ex._sem(agent.capacity):
                 self.calls += 1
+                sent = True
                 try:
                     c = await asyncio.wait_for(backend.complete(request), ex.budget.call_timeout_s)
                 except TimeoutError:
@@ -293,7 +335,12 @@ class _Run:
                 self.spent_tokens += c.total_tokens
             return NodeOutput(c.text, c.prompt_tokens, c.completion_tokens, c.model, c.cached)
 
-        out, hit = await self.cache.get_or_compute(key, compute)
+        spent: int | None = None
+        try:
+            out, hit = await self.cache.get_or_compute(key, compute)
+            spent = out.tokens
+        finally:  # a call cut off after it was sent may still be billed: then charge its worst case
+            settle_all(self.ledgers, held, spent if spent is not None else held if sent else 0)
         if hit:
             self.hits += 1
         return out, hit
