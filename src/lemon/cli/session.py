@@ -12,13 +12,14 @@ from rich.live import Live
 from rich.syntax import Syntax
 from rich.table import Table
 
-from lemon.errors import ConfigError, LemonError, SpecError
+from lemon.errors import ConfigError, LemonError
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
 from lemon.llm.pools import load_pool, pool_level_names
 from lemon.paths import runs_dir
 from lemon.runtime import Budget, Executor, RunResult
 from lemon.spec.model import Spec
+from lemon.spec.parse import read_spec_file
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import load_spec
@@ -144,18 +145,9 @@ async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrato
         await pool.aclose()
 
 
-def _read_spec_file(path: Path) -> str:
-    if not path.is_file():
-        raise SpecError(f"spec file {path} does not exist")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"spec file {path} is not UTF-8 text ({exc.reason})") from None
-
-
 async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptions) -> None:
     roles = RoleLibrary.load()
-    spec = load_spec(_read_spec_file(spec_path), roles, pool_level_names(opts.pool))
+    spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(opts.pool))
     pool = load_pool(opts.pool, cache=opts.cache)
     try:
         _show_spec(console, spec, f"spec {spec_path}")
@@ -166,7 +158,7 @@ async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptio
 
 def validate_file(console: Console, spec_path: Path, pool_name: str) -> None:
     roles = RoleLibrary.load()
-    spec = load_spec(_read_spec_file(spec_path), roles, pool_level_names(pool_name))
+    spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(pool_name))
     console.print(f"[green]valid[/]: {len(spec.agents)} agents, output {spec.output!r}")
     _show_spec(console, spec, "canonical form")
 
