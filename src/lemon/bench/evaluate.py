@@ -20,6 +20,7 @@ and inside each Ray worker (`scale.py`), because pools hold live connections and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -46,7 +47,7 @@ from rich.progress import (
 
 from lemon.bench.baselines import baseline_spec, method_names
 from lemon.bench.report import RunStats, run_stats
-from lemon.bench.store import ItemRow, ResultsStore, make_run_id
+from lemon.bench.store import ItemRow, ResultsStore, make_run_id, new_claim_owner
 from lemon.errors import ConfigError, LemonError
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
@@ -399,6 +400,7 @@ async def evaluate(
 
     own_store = not isinstance(store, ResultsStore)
     db = store if isinstance(store, ResultsStore) else ResultsStore(store)
+    owner = new_claim_owner()  # another process on this store skips what this one claimed, and vice versa
     try:
         settings = EvalSettings(benchmark=benchmark, method=method, level=level, pool=pool,
                                 temperature=temperature, max_tokens=max_tokens, n_agents=n_agents,
@@ -442,8 +444,8 @@ async def evaluate(
                     await run_with_ray(ray_address, settings, jobs, record, concurrency=concurrency,
                                        pool_factory=pool_factory)
                 else:
-                    await _run_local(settings, jobs, record, concurrency=concurrency,
-                                     pool_factory=pool_factory)
+                    await _run_local(settings, jobs, record, concurrency=concurrency, pool_factory=pool_factory,
+                                     claim=lambda item_id, seed: db.claim(run_id, item_id, seed, owner))
             except LemonError as exc:
                 raise type(exc)(f"{exc} [{tracker.n} of {len(keys)} results are stored in {db.path}; "
                                 "re-run the same command to resume]") from exc
@@ -454,13 +456,15 @@ async def evaluate(
                            pool=pool, level=level, n_items=len(items), seeds=seeds, computed=len(tracker.new),
                            skipped=skipped, stats=run_stats(info, rows))
     finally:
+        with contextlib.suppress(LemonError):
+            db.release_claims(owner)
         if own_store:
             db.close()
 
 
 async def _run_local(settings: EvalSettings, jobs: Sequence[tuple[Any, int]],
                      record: Callable[[ItemRow], None], *, concurrency: int,
-                     pool_factory: PoolFactory | None) -> None:
+                     pool_factory: PoolFactory | None, claim: Callable[[str, int], bool] | None = None) -> None:
     """All jobs in this process, at most `concurrency` in flight; each row is recorded as it finishes."""
     if not jobs:
         return
@@ -469,6 +473,8 @@ async def _run_local(settings: EvalSettings, jobs: Sequence[tuple[Any, int]],
 
     async def one(item: Any, seed: int) -> None:
         async with sem:
+            if claim is not None and not claim(str(item.id), seed):
+                return  # stored meanwhile, or being computed by another process on this store
             row = await run_item(ctx, item, seed)
         record(row)  # on the event loop thread: the store sees one writer
 
