@@ -160,13 +160,15 @@ def test_markup_in_a_spec_or_a_path_is_shown_not_applied(tmp_path: Path, _isolat
 
 def test_markup_in_trace_dir_and_store_paths_is_printed_literally(tmp_path: Path, _isolated_home: Path,
                                                                   data_dir: Path) -> None:
-    spec = tmp_path / "s.yaml"
+    traces = tmp_path / MARKUP_PATH
+    spec = traces / "spec.yaml"  # the spec's own path holds the markup too ('/' in it makes folders)
+    spec.parent.mkdir(parents=True)
     spec.write_text(GOOD)
     pool = _scripted_pool(tmp_path)
-    traces = tmp_path / MARKUP_PATH
     proc = lemon("exec", str(spec), "2+2?", "--pool", str(pool), "--trace-dir", str(traces), home=_isolated_home)
     assert proc.returncode == 0, proc.stderr
     assert f"trace: {traces}" in " ".join(proc.stdout.split()) and len(list(traces.glob("*.json"))) == 1
+    assert "[/bold][red]x[/red]" in proc.stdout.split("agents:")[0]  # the rule above the spec names the file
     store = tmp_path / MARKUP_PATH / "r.sqlite"
     proc = lemon("eval", "multiarith", "--method", "vanilla", "--limit", "2", "--pool", str(pool), "--level",
                  "small", "--store", str(store), "--data-dir", str(data_dir), home=_isolated_home)

@@ -163,7 +163,7 @@ async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptio
     spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(opts.pool))
     pool = load_pool(opts.pool, cache=opts.cache)
     try:
-        _show_spec(console, spec, f"spec {spec_path}")
+        _show_spec(console, spec, f"spec {escape(str(spec_path))}")
         await _execute(console, pool, roles, spec, task, opts)
     finally:
         await pool.aclose()
