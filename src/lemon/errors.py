@@ -30,3 +30,8 @@ class ConfigError(LemonError):
 
 class DataError(LemonError):
     """A benchmark data file that is missing or malformed."""
+
+
+class StorageError(LemonError):
+    """A file or folder LEMON writes (results store, LLM cache, traces, LEMON_HOME) that cannot be created,
+    belongs to another program, or is damaged; the message names the file and how to move it aside."""

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from lemon.errors import StorageError
+
 
 def lemon_home() -> Path:
     """Root of LEMON's on-disk state (`LEMON_HOME`, default `~/.cache/lemon`)."""
@@ -38,3 +40,17 @@ def data_dir(explicit: str | os.PathLike[str] | None = None) -> Path:
         return Path(explicit).expanduser()
     env = os.environ.get("LEMON_DATA_DIR")
     return Path(env).expanduser() if env else Path("data")
+
+
+def ensure_dir(path: Path, what: str) -> Path:
+    """Create the folder `path` (with parents) for `what`, or raise `StorageError` naming the fix: an
+    unwritable or misplaced LEMON_HOME is one line, found before any model call is paid for."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageError(f"cannot create the folder {path} for {what}: {exc.strerror or exc}; point LEMON_HOME "
+                           "(or the command's path option) at a writable folder") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise StorageError(f"the folder {path} for {what} is not writable; point LEMON_HOME (or the command's "
+                           "path option) at a writable folder")
+    return path

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ast
+import re
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lemon.bench.datasets import load_source
 from lemon.bench.extract import (
     extract_choice,
     extract_code,
@@ -158,3 +161,108 @@ def test_humaneval_program_keeps_prompt_helpers() -> None:
     program = humaneval_program("def f(x):\n    return helper(x)\n", prompt, "f")
     assert program.startswith("import math\n\ndef helper(x):") and program.count("def f(") == 1
     assert humaneval_program("    return helper(x)\n", prompt, "f") == prompt + "    return helper(x)\n"
+
+
+# ---- the datasets' own texts (issue 12: AQuA rationales end in forms the extractor missed) ------------------
+
+_NAMED_LETTER = re.compile(r"(?<![A-Za-z0-9])([A-E])(?![A-Za-z0-9])")
+
+
+def _names_its_letter(rationale: str, gold: str) -> bool:
+    """The rationale ends by naming the gold letter standing alone ("Answer D", "ANS:A", "=D", "ANSWER D 8000"):
+    within the last 24 characters of its last line (not "stock B" earlier in a one-line rationale)."""
+    last = next((ln for ln in reversed(rationale.splitlines()) if ln.strip()), "")
+    return gold in _NAMED_LETTER.findall(last.rstrip()[-24:])
+
+
+@pytest.mark.parametrize("source", ["dev", "test"])
+def test_every_aqua_rationale_that_names_its_letter_scores_right(source: str, data_dir: Path) -> None:
+    items = load_source("aqua", source, data_dir)
+    naming = [it for it in items if _names_its_letter(it.meta["rationale"], it.answer)]
+    wrong = [(it.id, it.meta["rationale"][-60:]) for it in naming
+             if extract_choice(it.meta["rationale"], it.choices) != it.answer]
+    assert len(naming) > 200  # measured: 239 of 254 (dev), 242 of 254 (test)
+    assert wrong == []
+    # and none of the rest is given a WRONG letter (they name no letter: None, or the right one)
+    rest = [it for it in items if it not in naming]
+    assert all(extract_choice(it.meta["rationale"], it.choices) in (None, it.answer) for it in rest)
+
+
+@pytest.mark.parametrize("source", ["train", "test"])
+def test_every_gsm8k_reference_solution_scores_right(source: str, data_dir: Path) -> None:
+    items = load_source("gsm8k", source, data_dir)
+    wrong = [it.id for it in items if not numbers_equal(extract_number(it.meta["solution"]), it.answer)]
+    assert len(items) > 1000 and wrong == []
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("so x = 250 m. Answer D", "D"),
+    ("amount of spirit=3*3=9 litre\nanswer B", "B"),
+    ("4*4*4*4*4 = 4^5.\nANS:A", "A"),
+    ("there are 10 ways to do so.\nANS: D", "D"),
+    ("= t/25\nAnswer - D", "D"),
+    ("504 * 7 * 2 = 7056\nANSWER A", "A"),
+    ("Ans - C", "C"),
+    ("Ans is A.", "A"),
+    ("= 8000\nANSWER D 8000", "D"),
+    ("answer.A", "A"),
+    ("Option: B", "B"),
+    ("The Answer is, B.", "B"),
+    ("Thus, C is the correct answer", "C"),
+    ("Therefore A is correct", "A"),
+    ("D is the answer", "D"),
+    ("so V = 150 + 100 = 250=D", "D"),
+    ("12-5=7 C", "C"),
+    ("Total distance is M + N\nThus A", "A"),
+    ("Hence interest is 618. >>B", "B"),
+    ("Let's go through each answer choice: (A) can never be true. (B) must be true.", "B"),  # a list, not a pick
+])
+def test_aqua_rationale_endings(text: str, expected: str) -> None:
+    assert extract_choice(text, AQUA) == expected
+
+
+@pytest.mark.parametrize(("text", "choices", "expected"), [
+    ("To answer this, 65 is too small.", AQUA, None),            # bare "answer" then a number picks nothing
+    ("That is the answer. A second check agrees.", MMLU, None),  # "answer. A second": prose
+    ("Part A is correct only in spring.", MMLU, None),           # "Part A": a letter inside a phrase
+    ("It is mostly vitamin C.", MMLU, None),
+    ("I'll answer a question with a question.", MMLU, None),
+])
+def test_new_answer_forms_stay_strict(text: str, choices: tuple[str, ...], expected: str | None) -> None:
+    assert extract_choice(text, choices) == expected
+
+
+# ---- self-correction and separators -------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("The answer is 18.\nWait, she keeps 4, so 16 - 4 = 12 eggs and 12 * 2 = 24.", "24"),
+    ("The answer is 18.\n\nHmm, I made a mistake: 9 * 3 = 27, so she makes $27.", "27"),
+    ("The answer is 18. Actually, the total is 20.", "20"),
+    ("The answer is 18 because she actually sells 9 eggs.", "18"),       # "actually" mid-sentence: no retraction
+    ("The answer is 18. Let me recheck: 9 * 2 = 18. Correct.", "18"),
+    ("The answer is 7, not 0.", "7"),
+])
+def test_a_reply_is_scored_on_the_answer_it_ends_with(text: str, expected: str) -> None:
+    assert extract_number(text) == expected
+
+
+def test_a_choice_reply_that_corrects_itself_is_scored_on_its_last_pick() -> None:
+    assert extract_choice("The answer is (B). Wait, I misread the units; it is (D).", MMLU) == "D"
+    assert extract_choice("The answer is (B). The other options, (A) and (C), are wrong.", MMLU) == "B"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("The answer is 1 234 567.", "1234567"),
+    ("The answer is 1\u2009234.5", "1234.5"),          # thin space
+    ("The answer is 1\u202f000", "1000"),              # narrow no-break space
+    ("The answer is 1\u00a0000\u00a0000", "1000000"),  # no-break space
+    ("The answer is 1_000_000", "1000000"),
+    ("The answer is 1'234'567.25", "1234567.25"),     # Swiss apostrophe, with decimals
+    ("The answer is 12’500", "12500"),
+    ("The answer is 1.234.567.", "1234567"),          # dots as separators: only with two or more groups
+    ("The answer is 1.234", "1.234"),                 # one group: a decimal
+    ("He ran 2 100-metre races.", "100"),             # a space before a hyphenated word is not a separator
+    ("The answer is 1,234 567", "1234"),              # separators are not mixed within a number
+])
+def test_thousands_separators_beyond_the_comma(text: str, expected: str) -> None:
+    assert extract_number(text) == expected

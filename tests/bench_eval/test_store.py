@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import re
+import socket
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
-from lemon.bench.store import ItemRow, ResultsStore, default_store_path, make_run_id
+import pytest
+
+from lemon.bench.store import ItemRow, ResultsStore, default_store_path, make_run_id, new_claim_owner
+from lemon.errors import StorageError
 
 
 def _row(item: str, seed: int = 0, correct: bool = True, status: str = "ok") -> ItemRow:
@@ -86,3 +95,108 @@ def test_retry_errors_deletes_only_error_rows(tmp_path: Path) -> None:
         store.put("r1", _row("b", status="budget_exceeded", correct=False))
         assert store.delete_errors("r1") == 1
         assert store.pending_items("r1", [("a", 0), ("b", 0)]) == [("a", 0)]
+
+
+# ---- faults: one clear StorageError naming the file and the fix (issue 12) --------------------------------
+
+
+def test_a_file_that_is_not_sqlite_is_refused_with_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "notes.sqlite"
+    path.write_text("these are my notes, not a database\n" * 100)
+    with pytest.raises(StorageError, match="not a LEMON results store or is damaged") as err:
+        ResultsStore(path)
+    assert "mv " in str(err.value) and "\n" not in str(err.value)
+    assert path.read_text().startswith("these are my notes")  # left as it was
+
+
+def test_an_sqlite_file_of_another_program_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "other.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE items (sku TEXT, price REAL)")
+    db.execute("INSERT INTO items VALUES ('x', 1.0)")
+    db.commit()
+    db.close()
+    with pytest.raises(StorageError, match="another program"):
+        ResultsStore(path)
+
+
+def test_a_damaged_store_is_one_line_naming_the_fix(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite"
+    with ResultsStore(path) as store:
+        _run(store, seeds=1)
+        for i in range(300):
+            store.put("r1", ItemRow(item_id=f"i{i}", seed=0, prediction="1", gold="1", correct=True, tokens={},
+                                    total_tokens=1, latency_s=0.1, trace_id="t", status="ok",
+                                    trace_json='{"x": "' + "y" * 500 + '"}'))
+        store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    for page in range(4096, len(data), 4096):  # every page but the schema's: garbage over the b-tree headers
+        data[page + 8: page + 200] = bytes(range(192))
+    path.write_bytes(bytes(data))
+    with pytest.raises(StorageError, match="damaged") as err, ResultsStore(path) as store:
+        store.items("r1")
+    assert "\n" not in str(err.value)
+
+
+def test_a_store_path_that_cannot_be_created_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(StorageError, match="cannot create the folder"):
+        ResultsStore(blocker / "sub" / "r.sqlite")
+    with pytest.raises(StorageError, match="is a folder"):
+        ResultsStore(tmp_path)
+
+
+# ---- claims: two processes on one run share the work -------------------------------------------------------
+
+
+def test_a_claim_holds_off_other_live_processes_until_stored_or_released(tmp_path: Path) -> None:
+    with ResultsStore(tmp_path / "r.sqlite") as a, ResultsStore(tmp_path / "r.sqlite") as b:
+        _run(a)
+        # Holders on other hosts: only their leases count (same-host liveness is the next test's).
+        me, other = "host-a:1:aaaa", "host-b:1:bbbb"
+        assert new_claim_owner().startswith(f"{socket.gethostname()}:{os.getpid()}:")
+        assert b.claim("r1", "x", 0, other)
+        assert not a.claim("r1", "x", 0, me)          # held by a live holder
+        assert a.claim("r1", "y", 0, me)
+        assert not b.claim("r1", "y", 0, other)
+        assert a.claimed_by_others("r1", me) == 1
+        b.put("r1", _row("x"))                        # storing drops the claim; a stored pair is never claimed
+        assert not a.claim("r1", "x", 0, me) and a.claimed_by_others("r1", me) == 0
+        assert a.release_claims(me) == 1 and b.claim("r1", "y", 0, other)
+
+
+def test_an_expired_lease_or_a_dead_holder_frees_the_claim(tmp_path: Path) -> None:
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        _run(store)
+        far = "otherhost:1:aaaa"
+        assert store.claim("r1", "x", 0, far, lease_s=0.05)
+        time.sleep(0.1)
+        assert store.claim("r1", "x", 0, "otherhost:2:bbbb")   # the lease ran out
+        dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True, check=True)
+        gone = f"{socket.gethostname()}:{dead.stdout.strip()}:cccc"  # this host, a pid that has exited
+        assert store.claim("r1", "y", 0, gone)
+        assert store.claim("r1", "y", 0, "otherhost:3:dddd")   # a crashed holder on this host: free at once
+
+
+def test_two_eval_processes_on_one_store_share_the_work(tmp_path: Path, data_dir: Path,
+                                                        _isolated_home: Path) -> None:
+    """Old behaviour: both processes computed every item (computed 12 + 12)."""
+    from tests.bench_eval.test_cli import scripted_pool_yaml
+
+    pool = scripted_pool_yaml(tmp_path / "pool.yaml", latency_s=0.6)  # ~4 s a process: both start in time
+    store = tmp_path / "shared.sqlite"
+    cmd = [sys.executable, "-m", "lemon.cli.main", "eval", "multiarith", "--method", "cot", "--limit", "12",
+           "--pool", str(pool), "--store", str(store), "--concurrency", "2", "--data-dir", str(data_dir)]
+    env = {**os.environ, "LEMON_HOME": str(_isolated_home), "COLUMNS": "200"}
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-1500:] for o in outs]
+    computed = [int(re.search(r"computed (\d+)", out).group(1)) for out, _ in outs]  # type: ignore[union-attr]
+    assert sum(computed) == 12 and min(computed) > 0, computed
+    with ResultsStore(store) as db:
+        (run,) = db.runs()
+        assert db.count(run.run_id) == 12
+        assert db._db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0  # all released or stored

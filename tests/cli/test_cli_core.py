@@ -133,3 +133,88 @@ def test_models_lists_every_pinned_model(_isolated_home: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     for model in ("smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
         assert model in proc.stdout
+
+
+# ---- markup, unwritable homes, damaged files (issue 12) ---------------------------------------------------
+
+MARKUP = "[/bold][link=file:///etc/passwd]x[/link]"
+MARKUP_PATH = "[/bold][red]x[/red][link=evil]y[/link]"  # a file name (no '//': paths collapse it)
+
+
+def _scripted_pool(tmp_path: Path) -> Path:
+    pool = tmp_path / "scripted.yaml"
+    pool.write_text("name: scripted\nlevels:\n  - {name: small, backend: scripted, model: s}\n"
+                    "  - {name: large, backend: scripted, model: l}\n")
+    return pool
+
+
+def test_markup_in_a_spec_or_a_path_is_shown_not_applied(tmp_path: Path, _isolated_home: Path) -> None:
+    """Rich markup in an agent name or a file name crashed the error printer (MarkupError) or became a link."""
+    bad = tmp_path / "s.yaml"
+    bad.write_text(f"agents:\n  - {{name: '{MARKUP}', role: math_solver, capacity: small}}\n")
+    proc = lemon("validate", str(bad), "--pool", str(_scripted_pool(tmp_path)), home=_isolated_home)
+    assert_clean_error(proc, "[/bold][link=file:///etc/passwd]")
+    missing = tmp_path / f"{MARKUP_PATH}.yaml"
+    assert_clean_error(lemon("validate", str(missing), home=_isolated_home), f"{MARKUP_PATH}.yaml does not exist")
+
+
+def test_markup_in_trace_dir_and_store_paths_is_printed_literally(tmp_path: Path, _isolated_home: Path,
+                                                                  data_dir: Path) -> None:
+    traces = tmp_path / MARKUP_PATH
+    spec = traces / "spec.yaml"  # the spec's own path holds the markup too ('/' in it makes folders)
+    spec.parent.mkdir(parents=True)
+    spec.write_text(GOOD)
+    pool = _scripted_pool(tmp_path)
+    proc = lemon("exec", str(spec), "2+2?", "--pool", str(pool), "--trace-dir", str(traces), home=_isolated_home)
+    assert proc.returncode == 0, proc.stderr
+    assert f"trace: {traces}" in " ".join(proc.stdout.split()) and len(list(traces.glob("*.json"))) == 1
+    assert "[/bold][red]x[/red]" in proc.stdout.split("agents:")[0]  # the rule above the spec names the file
+    store = tmp_path / MARKUP_PATH / "r.sqlite"
+    proc = lemon("eval", "multiarith", "--method", "vanilla", "--limit", "2", "--pool", str(pool), "--level",
+                 "small", "--store", str(store), "--data-dir", str(data_dir), home=_isolated_home)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert str(store) in "".join(proc.stdout.split("\n")) and "Traceback" not in proc.stderr
+
+
+def test_exec_prints_the_answer_before_a_trace_save_that_fails(tmp_path: Path) -> None:
+    """An unwritable LEMON_HOME made exec spend its calls, then crash before printing the answer."""
+    home = tmp_path / "home-is-a-file"
+    home.write_text("not a folder")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD)
+    proc = lemon("exec", str(spec), "2+2?", "--pool", str(_scripted_pool(tmp_path)), "--no-cache", home=home)
+    assert_clean_error(proc, "the run finished (answer above) but its trace could not be saved")
+    assert "answer" in proc.stdout and "[l] answer" in proc.stdout  # the final agent's reply is on stdout
+
+
+def test_an_unwritable_home_stops_before_any_call_when_caching(tmp_path: Path) -> None:
+    home = tmp_path / "home-is-a-file"
+    home.write_text("not a folder")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD)
+    proc = lemon("exec", str(spec), "2+2?", "--pool", str(_scripted_pool(tmp_path)), home=home)
+    assert_clean_error(proc, "cannot create the folder")
+    assert "tokens per agent" not in proc.stdout  # nothing was run
+
+
+def test_damaged_cache_and_store_files_are_one_line_with_the_fix(tmp_path: Path, _isolated_home: Path) -> None:
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    (_isolated_home / "llm-cache.sqlite").write_bytes(b"garbage" * 1000)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD)
+    proc = lemon("exec", str(spec), "2+2?", "--pool", str(_scripted_pool(tmp_path)), home=_isolated_home)
+    assert_clean_error(proc, "delete or rename it")
+    store = tmp_path / "store.sqlite"
+    store.write_text("not a database\n" * 100)
+    assert_clean_error(lemon("report", "--store", str(store), home=_isolated_home), "move it aside")
+
+
+def test_bad_pool_values_exit_2(tmp_path: Path, _isolated_home: Path) -> None:
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD)
+    for bad in ("defaults: {temperature: hot}\n", "defaults: {temperature: .nan}\n"):
+        pool = tmp_path / "p.yaml"
+        pool.write_text("name: p\n" + bad + _scripted_pool(tmp_path).read_text().split("\n", 1)[1])
+        assert_clean_error(lemon("validate", str(spec), "--pool", str(pool), home=_isolated_home), "temperature")
+    pool.write_bytes(b"name: caf\xe9\n")
+    assert_clean_error(lemon("validate", str(spec), "--pool", str(pool), home=_isolated_home), "not UTF-8")

@@ -31,6 +31,7 @@ and inside each Ray worker (`scale.py`), because pools hold live connections and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -59,7 +60,7 @@ from rich.progress import (
 
 from lemon.bench.baselines import baseline_spec, method_names
 from lemon.bench.report import RunStats, run_stats
-from lemon.bench.store import ItemRow, ResultsStore, make_run_id
+from lemon.bench.store import ItemRow, ResultsStore, make_run_id, new_claim_owner
 from lemon.errors import ConfigError, LemonError
 from lemon.llm.base import GenParams, Message
 from lemon.llm.pool import Pool
@@ -482,6 +483,7 @@ async def evaluate(
 
     own_store = not isinstance(store, ResultsStore)
     db = store if isinstance(store, ResultsStore) else ResultsStore(store)
+    owner = new_claim_owner()  # another process on this store skips what this one claimed, and vice versa
     try:
         settings = EvalSettings(benchmark=benchmark, method=method, level=level, pool=pool,
                                 temperature=temperature, max_tokens=max_tokens, n_agents=n_agents,
@@ -531,8 +533,9 @@ async def evaluate(
                     await run_with_ray(ray_address, settings, jobs, record, concurrency=concurrency,
                                        pool_factory=pool_factory)
                 else:
-                    not_computed = await _run_local(settings, jobs, record, concurrency=concurrency,
-                                                    pool_factory=pool_factory, eval_budget=eval_budget)
+                    not_computed = await _run_local(
+                        settings, jobs, record, concurrency=concurrency, pool_factory=pool_factory,
+                        eval_budget=eval_budget, claim=lambda item_id, seed: db.claim(run_id, item_id, seed, owner))
             except LemonError as exc:
                 raise type(exc)(f"{exc} [{tracker.n} of {len(keys)} results are stored in {db.path}; "
                                 "re-run the same command to resume]") from exc
@@ -547,15 +550,19 @@ async def evaluate(
                            eval_tokens=None if eval_budget is None else eval_budget.used,
                            top_error=_top_error(rows))
     finally:
+        with contextlib.suppress(LemonError):
+            db.release_claims(owner)
         if own_store:
             db.close()
 
 
 async def _run_local(settings: EvalSettings, jobs: Sequence[tuple[Any, int]],
                      record: Callable[[ItemRow], None], *, concurrency: int,
-                     pool_factory: PoolFactory | None, eval_budget: TokenLedger | None = None) -> int:
+                     pool_factory: PoolFactory | None, eval_budget: TokenLedger | None = None,
+                     claim: Callable[[str, int], bool] | None = None) -> int:
     """All jobs in this process, at most `concurrency` in flight; each row is recorded as it finishes.
-    Returns how many jobs were left out because `eval_budget` ran out (none is started after that)."""
+    Returns how many jobs were left out because `eval_budget` ran out (none is started after that). With
+    `claim`, a job another process on the same store has claimed (or stored) is skipped."""
     if not jobs:
         return 0
     ctx = build_context(settings, pool_factory)
@@ -569,6 +576,8 @@ async def _run_local(settings: EvalSettings, jobs: Sequence[tuple[Any, int]],
             if eval_budget is not None and eval_budget.refused:
                 left_out += 1
                 return
+            if claim is not None and not claim(str(item.id), seed):
+                return  # stored meanwhile, or being computed by another process on this store
             try:
                 row = await run_item(ctx, item, seed)
             except EvalBudgetSpent as exc:

@@ -10,20 +10,27 @@ Numbers (`extract_number`), in order:
 1. The LAST explicit final-answer marker wins: `\boxed{...}`, `#### X`, or an answer phrase
    ("the answer is X", "Answer: X", "final answer = X", "**Answer:** X"). The number read is the first one
    after the marker on its line (after the last `=` on that line, if any: "The answer is 3 * 6 = 18.").
+   A retraction after that marker ("Wait, ...", "Actually, ...", "I made a mistake", at the start of a
+   clause) overrides it: the last number after the retraction is the answer the reply ends with.
 2. Otherwise the last number in the text.
-Numbers keep their sign (`-`, `−`) and decimals; thousands separators (`1,234,567`, LaTeX `1{,}000`),
+Numbers keep their sign (`-`, `−`) and decimals; thousands separators (`1,234,567`, `1 234 567` with a
+space, thin or no-break space, `1_000`, `1'000`, `1.234.567` with two or more dot groups, LaTeX `1{,}000`),
 `$`, `%` and simple fractions (`3/4`, `\frac{3}{4}`) are understood. A minus glued to a preceding word,
 digit or `)` is an operator, not a sign ("16-3" is 16 and 3). The result is normalized text: "18", "-3",
 "0.75", "1234.5". `numbers_equal` compares tolerantly (exactly when both are integers).
 
 Multiple choice (`extract_choice`), letters limited to the item's options (A-D for MMLU, A-E for AQuA):
 1. The LAST explicit answer wins: an answer phrase followed by a letter ("The answer is (C)", "Answer: C",
-   "answer: **C**", "correct option is C"), "C is correct" / "option C is the right answer", or
-   `\boxed{C}`. An answer phrase followed by an option's TEXT (or, for numeric options, its number)
-   selects that option.
-2. Otherwise the LAST marked letter mention: "(C)", "C)", "**C**", "[C]", "option C", "C." or "C:" at the
-   start of a line, or a line that is only the letter. A bare capital in prose ("A train leaves...") never
-   counts; lower-case letters count only in brackets ("(c)").
+   "answer: **C**", "correct option is C", and the bare forms AQuA's own rationales end with: "Answer D",
+   "ANS:A", "Answer - D", "answer.A"), "C is correct" / "option C is the right answer" / "Thus, C is the
+   correct answer" / "D is the answer", or `\boxed{C}`. An answer phrase with a verb or colon followed by
+   an option's TEXT (or, for numeric options, its number) selects that option. "each answer choice: (A)
+   ..." lists options and picks none. A retraction after the last explicit answer (as for numbers) defers
+   to the last marked letter after it.
+2. Otherwise the LAST marked letter mention: "(C)", "C)", "**C**", "[C]", "option C", "Option: C", "C." or
+   "C:" at the start of a line, a line that is only the letter, or a letter that ends the reply after a
+   non-word, a number or a connective ("= 250=D", "12-5=7 C", "Thus A"). A bare capital in prose ("A train
+   leaves...", "vitamin C", "Part A is correct") never counts; lower-case letters count only in brackets.
 3. Otherwise the text of exactly one option: the whole reply equals it, or it is the only option whose
    text (3+ characters, not a bare number) appears in the reply's last line.
 4. Otherwise `None`.
@@ -57,7 +64,19 @@ def strip_reasoning(text: str) -> str:
 
 # ---- numbers --------------------------------------------------------------------------------------------
 
-_UNSIGNED = r"(?:\d{1,3}(?:,\d{3})+(?![\d,]\d)|\d+)(?:\.\d+)?|\.\d+"
+# Thousands separators: one kind per number, groups of exactly three digits. A comma, underscore, apostrophe
+# or (thin, narrow, no-break) space may be followed by a decimal point; a plain space only separates groups
+# when the number does not run on into a word or hyphen ("2 100-metre races" is 2 and 100); dots separate
+# thousands only with two or more groups ("1.234.567"), since "1.234" is a decimal.
+_GROUP_SEPS = ",_'’\u00a0\u2009\u202f"
+_UNSIGNED = (
+    r"\d{1,3}(?:\.\d{3}){2,}(?!\d|\.\d)"
+    rf"|(?:\d{{1,3}}(?P<sep>[{_GROUP_SEPS}])\d{{3}}(?:(?P=sep)\d{{3}})*(?!\d|(?P=sep)\d)"
+    r"|\d{1,3}(?: \d{3})+(?![\w-]| \d)"
+    r"|\d+)(?:\.\d+)?"
+    r"|\.\d+"
+)
+_SEPARATOR_CHARS = re.compile(rf"[{_GROUP_SEPS} ]")
 _NUMBER = re.compile(
     r"(?:(?<![\w)\].])(?P<sign>[-−]))?\$?\s?"  # a sign only when not glued to a preceding operand
     rf"(?<![\w.])(?P<num>{_UNSIGNED})"
@@ -67,6 +86,12 @@ _FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}")
 _ANSWER_PHRASE = re.compile(
     r"\banswer\**\s*(?:is|was|would\s+be|will\s+be|:|=)|####", re.IGNORECASE)
 _BOXED = re.compile(r"\\boxed\s*\{")
+# A retraction at the start of a sentence or clause; "actually" or "wait" inside a sentence is not one.
+_CORRECTION = re.compile(
+    r"(?:^|(?<=[.!?;,:)\n]))[ \t*_]*(?:wait|actually|oops|correction|hold\s+on|on\s+second\s+thought"
+    r"|(?:I|we)\s+made\s+an?\s+(?:mistake|error)|my\s+mistake|let\s+me\s+(?:re-?(?:check|calculate|compute|do)"
+    r"|correct\s+(?:that|this|myself))|(?:that|this)(?:'s|\s+is|\s+was)\s+(?:wrong|incorrect|not\s+right))\b",
+    re.IGNORECASE | re.MULTILINE)
 
 
 def _delatex(text: str) -> str:
@@ -79,7 +104,10 @@ def _delatex(text: str) -> str:
 
 def _to_fraction(num: str, den: str | None, negative: bool) -> Fraction | None:
     try:
-        value = Fraction(Decimal(num.replace(",", "")))
+        digits = _SEPARATOR_CHARS.sub("", num)
+        if digits.count(".") > 1:  # "1.234.567": dots as thousands separators
+            digits = digits.replace(".", "")
+        value = Fraction(Decimal(digits))
         if den is not None:
             d = Fraction(Decimal(den))
             if d != 0:
@@ -158,13 +186,25 @@ def parse_number(text: str | None) -> Fraction | None:
     return nums[0][1] if len(nums) == 1 else None
 
 
+def _correction_after(text: str, pos: int) -> int | None:
+    """Where the last self-correction ("Wait, ...", "Actually, ...", "I made a mistake") after `pos` ends,
+    or None: a reply that retracts its stated answer is scored on what it ends with, not on the retraction."""
+    found = None
+    for m in _CORRECTION.finditer(text, pos):
+        found = m.end()
+    return found
+
+
 def extract_number(text: str) -> str | None:
     """The final numeric answer in `text`, normalized ("18", "-0.5"); None when there is no number."""
     text = _delatex(strip_reasoning(text))
     explicit = _explicit_numbers(text)
-    if explicit:
-        return format_number(max(explicit, key=lambda p: p[0])[1])
     nums = _numbers(text)
+    if explicit:
+        at, value = max(explicit, key=lambda p: p[0])
+        fix = _correction_after(text, at)
+        later = [v for start, v in nums if fix is not None and start >= fix]
+        return format_number(later[-1] if later else value)
     return format_number(nums[-1][1]) if nums else None
 
 
@@ -180,27 +220,53 @@ def numbers_equal(a: str | None, b: str | None, rel_tol: float = 1e-6, abs_tol: 
 
 # ---- multiple choice ------------------------------------------------------------------------------------
 
+# `verb` present: a strong marker ("answer is", "Answer:", "correct option is"): a letter, an option's text or
+# its number may follow. Bare "Answer D" / "ANS - C" / "answer.A" (how AQuA's own rationales end) is weak:
+# only a capital (or bracketed) letter right after it counts, so "to answer this, 65 ..." selects nothing.
 _CHOICE_PHRASE = re.compile(
-    r"\banswer(?:\s+(?:choice|option))?\**\s*(?:is|was|would\s+be|will\s+be|:|=)"
-    r"|\b(?:correct|right|best)\s+(?:answer|option|choice)\**\s*(?:is|would\s+be|:|=)?"
-    r"|\bI\s+(?:choose|pick|select)\b",
+    r"\b(?:answer|ans)(?:\s+(?:choice|option))?\**\s*(?P<verb>is|was|would\s+be|will\s+be|:|=)?"
+    r"|\b(?P<judged>correct|right|best)\s+(?:answer|option|choice)\**\s*(?:is|would\s+be|:|=)?"
+    r"|\bI\s+(?P<pick>choose|pick|select)\b",
     re.IGNORECASE)
 _LETTER_AFTER_PHRASE = re.compile(
-    r"[\s*_:`'\"-]*(?:\$?\\boxed\s*\{\s*(?:\\text(?:bf)?\s*\{)?)?\s*(?:(?:option|choice|letter)\s*)?"
+    r"(?:[\s*_:`'\",=-]|\.(?!\s))*(?:\$?\\boxed\s*\{\s*(?:\\text(?:bf)?\s*\{)?)?\s*"
+    r"(?:(?:option|choice|letter)\s*)?"
     r"(?P<open>[(\[])?(?P<l>[A-Za-z])(?P<close>[)\]])?(?![A-Za-z0-9])", re.IGNORECASE)
+_LETTER_AFTER_WEAK = re.compile(r"[ \t]*(?:[-–—][ \t]*|\.(?=\S))?(?P<open>[(\[])?(?P<l>[A-Za-z])(?P<close>[)\]])?"
+                                r"(?![A-Za-z0-9])")
+_ENUMERATING = frozenset({"each", "every", "all", "these", "those", "following", "other", "remaining"})
 _LETTER_IS_CORRECT = re.compile(
     r"(?:\b(?i:option|choice)\s+\(?(?P<a>[A-E])\)?|\((?P<b>[A-E])\)|^[ \t*]*(?P<c>[A-E])\)?)\**"
     r"\s+is\s+(?:the\s+)?(?:correct|right|best)\b", re.MULTILINE)
+# "Thus, C is the correct answer", "D is the answer", "Therefore A is correct" (not "best": "Vitamin C is the
+# best source"; and only where the letter starts a clause, see `_starts_clause`).
+_BARE_LETTER_IS_ANSWER = re.compile(
+    r"(?<![A-Za-z0-9'’])(?P<l>[A-E])\**\s+is\s+(?:the\s+)?(?:(?:correct|right)\b(?:\s+(?:answer|option|choice))?"
+    r"|answer\b)")
 _BOXED_LETTER = re.compile(r"\\boxed\s*\{\s*(?:\\text(?:bf)?\s*\{)?\s*\(?(?P<l>[A-Ea-e])\)?\s*\}")
 _MARKED_LETTER = re.compile(
     r"\((?P<a>[A-Ea-e])\)"
     r"|(?<![A-Za-z0-9(])(?P<b>[A-E])\)"
     r"|\*\*\(?(?P<c>[A-E])\)?[.:)]?\*\*"
     r"|\[(?P<d>[A-E])\]"
-    r"|\b(?i:option|choice)\s+(?P<e>[A-E])\b"
+    r"|\b(?i:option|choice)\s*[:=-]?\s*(?P<e>[A-E])\b"
     r"|^[ \t>*-]*(?P<f>[A-E])[.:](?=\s|$)"
     r"|^[ \t*]*(?P<g>[A-E])[ \t*.]*$",
     re.MULTILINE)
+# A letter that ends the reply ("... = 250=D", "12-5=7 C", "Thus A", ">>B"), see `_starts_clause`.
+_TRAILING_LETTER = re.compile(r"(?<![A-Za-z0-9'’])[(\[]?(?P<l>[A-E])[)\]]?[ \t.!*]*\Z")
+_CONNECTIVES = frozenset({"thus", "hence", "so", "therefore", "then", "clearly", "option", "choice", "answer",
+                          "ans"})
+
+
+def _starts_clause(text: str, at: int) -> bool:
+    """Whether a bare capital at `at` stands alone rather than ending a phrase ("Vitamin C", "Part A"): the
+    line holds nothing before it, or a non-word character, a number or a connective ("Thus", "so") does."""
+    before = text[text.rfind("\n", 0, at) + 1: at].rstrip(" \t(*[")
+    if not before or not before[-1].isalpha():
+        return True
+    word = re.findall(r"[A-Za-z]+$", before)
+    return bool(word) and word[0].lower() in _CONNECTIVES
 
 
 def _norm_text(s: str) -> str:
@@ -233,42 +299,59 @@ def _option_from_window(window: str, choices: Sequence[str], letters: str) -> st
     return hits[0] if len(hits) == 1 else None
 
 
-def extract_choice(text: str, choices: Sequence[str] = (), letters: str | None = None) -> str | None:
-    """The chosen option letter (upper case) per the rules in the module docstring, or None."""
-    text = strip_reasoning(text)
-    valid = _letters(choices, letters)
+def _enumerating(text: str, m: re.Match[str]) -> bool:
+    """'Let's go through each answer choice: (A) ...' lists the options; it does not pick one."""
+    words = re.findall(r"[A-Za-z]+", text[max(0, m.start() - 24): m.start()])
+    return m.group("verb") == ":" and bool(words) and words[-1].lower() in _ENUMERATING
+
+
+def _phrase_choice(text: str, m: re.Match[str], choices: Sequence[str], valid: str) -> str | None:
+    """The letter (or option) an answer phrase names, or None."""
+    rest = text[m.end():]
+    strong = bool(m.group("verb") or m.group("judged") or m.group("pick"))
+    lm = (_LETTER_AFTER_PHRASE if strong else _LETTER_AFTER_WEAK).match(rest)
+    if lm:
+        letter = lm.group("l")
+        bracketed = lm.group("open") or lm.group("close")
+        if letter.upper() in valid and (letter.isupper() or bracketed):
+            return letter.upper()
+    if strong and choices:
+        return _option_from_window(_after_marker(rest), choices, valid)
+    return None
+
+
+def _explicit_choices(text: str, choices: Sequence[str], valid: str) -> list[tuple[int, str]]:
+    """(position, letter) of every explicit answer: answer phrases, "X is correct", `\\boxed{X}`."""
     explicit: list[tuple[int, str]] = []
     for m in _CHOICE_PHRASE.finditer(text):
-        rest = text[m.end():]
-        lm = _LETTER_AFTER_PHRASE.match(rest)
-        if lm:
-            letter = lm.group("l")
-            bracketed = lm.group("open") or lm.group("close")
-            if letter.upper() in valid and (letter.isupper() or bracketed):
-                explicit.append((m.start(), letter.upper()))
-                continue
-        if choices:
-            opt = _option_from_window(_after_marker(rest), choices, valid)
-            if opt:
-                explicit.append((m.start(), opt))
+        if not _enumerating(text, m) and (letter := _phrase_choice(text, m, choices, valid)):
+            explicit.append((m.start(), letter))
     for pattern in (_LETTER_IS_CORRECT, _BOXED_LETTER):
         for m in pattern.finditer(text):
             letter = next(g for g in m.groups() if g).upper()
             if letter in valid:
                 explicit.append((m.start(), letter))
-    if explicit:
-        return max(explicit, key=lambda p: p[0])[1]
+    for m in _BARE_LETTER_IS_ANSWER.finditer(text):
+        if m.group("l") in valid and _starts_clause(text, m.start()):
+            explicit.append((m.start(), m.group("l")))
+    return explicit
 
+
+def _marked_choices(text: str, valid: str) -> list[tuple[int, str]]:
+    """(position, letter) of every marked mention: "(C)", "C)", "**C**", "option C", a closing letter."""
     marked = []
     for m in _MARKED_LETTER.finditer(text):
         letter = next(g for g in m.groups() if g)
         if letter.upper() in valid:
             marked.append((m.start(), letter.upper()))
-    if marked:
-        return max(marked, key=lambda p: p[0])[1]
+    tail = _TRAILING_LETTER.search(text.rstrip())
+    if tail and tail.group("l") in valid and _starts_clause(text, tail.start("l")):
+        marked.append((tail.start("l"), tail.group("l")))
+    return marked
 
-    if not choices:
-        return None
+
+def _option_text_choice(text: str, choices: Sequence[str], valid: str) -> str | None:
+    """The option whose whole text is the reply, or the only option whose text is in the last line."""
     whole = _norm_text(text)
     for letter, opt in zip(valid, choices, strict=False):
         if whole and whole == _norm_text(opt):
@@ -279,6 +362,22 @@ def extract_choice(text: str, choices: Sequence[str] = (), letters: str | None =
             if len(_norm_text(opt)) >= 3 and parse_number(opt) is None
             and re.search(rf"(?<![a-z0-9]){re.escape(_norm_text(opt))}(?![a-z0-9])", last_norm)]
     return hits[0] if len(hits) == 1 else None
+
+
+def extract_choice(text: str, choices: Sequence[str] = (), letters: str | None = None) -> str | None:
+    """The chosen option letter (upper case) per the rules in the module docstring, or None."""
+    text = strip_reasoning(text)
+    valid = _letters(choices, letters)
+    explicit = _explicit_choices(text, choices, valid)
+    marked = _marked_choices(text, valid)
+    if explicit:
+        at, letter = max(explicit)
+        fix = _correction_after(text, at)
+        later = [p for p in marked if fix is not None and p[0] >= fix]
+        return max(later)[1] if later else letter
+    if marked:
+        return max(marked)[1]
+    return _option_text_choice(text, choices, valid) if choices else None
 
 
 # ---- code -----------------------------------------------------------------------------------------------

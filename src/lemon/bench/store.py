@@ -12,21 +12,32 @@ Why this shape:
   without its trace, a Ray worker on another machine needs no shared disk, and an evaluation does not create
   one small file per item (file creation cost ~0.3 ms per item here, a visible share of harness CPU).
   `lemon trace` prints or exports one.
+- Two processes evaluating the same run on one store share the work through `claims`: before computing an
+  (item, seed) a process claims it for a lease (renewed while it works); a claim held by a live process is
+  skipped by the others, one whose holder died (same host: its pid is gone) or whose lease expired is taken
+  over, and storing the result drops the claim. A duplicate computation (a lease outlived by a slow item) is
+  harmless: the first stored row wins.
+- A file that is not SQLite, an SQLite file of another program, or a damaged store is a `StorageError`
+  naming the file and the fix, never a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
+import socket
 import sqlite3
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lemon.errors import ConfigError
-from lemon.paths import lemon_home
+from lemon.errors import StorageError
+from lemon.paths import ensure_dir, lemon_home
 
 SCHEMA_VERSION = 1
 
@@ -69,7 +80,26 @@ CREATE TABLE IF NOT EXISTS traces (
     trace_json TEXT NOT NULL,          -- the runtime's trace (method.md section 6), compact JSON
     PRIMARY KEY (run_id, item_id, seed)
 );
+CREATE TABLE IF NOT EXISTS claims (
+    run_id   TEXT NOT NULL,
+    item_id  TEXT NOT NULL,
+    seed     INTEGER NOT NULL,
+    owner    TEXT NOT NULL,            -- host:pid:token of the process computing it
+    expires  REAL NOT NULL,            -- unix time when another process may take it over
+    PRIMARY KEY (run_id, item_id, seed)
+);
 """
+# The columns this code reads and writes, per table: an SQLite file whose tables lack them is another program's.
+_COLUMNS = {
+    "meta": {"key", "value"},
+    "runs": {"run_id", "benchmark", "split", "method", "pool", "level", "seeds", "n_items", "config_json",
+             "created", "updated"},
+    "items": {"run_id", "item_id", "seed", "prediction", "gold", "correct", "tokens_json", "total_tokens",
+              "orchestrator_tokens", "latency_s", "trace_id", "status", "stop_reason", "created"},
+    "traces": {"run_id", "item_id", "seed", "trace_json"},
+    "claims": {"run_id", "item_id", "seed", "owner", "expires"},
+}
+CLAIM_LEASE_S = 900.0
 
 
 def default_store_path() -> Path:
@@ -124,19 +154,53 @@ class ResultsStore:
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path is not None else default_store_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_dir():
+            raise StorageError(f"results store {self.path} is a folder; pass --store a file path such as "
+                               f"{self.path / 'results.sqlite'}")
+        ensure_dir(self.path.parent, "the results store")
         try:
             self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL is durable across process crashes in WAL mode (only an OS crash can lose the last commits).
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            self._check_schema()
+            self._db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
+                             (str(SCHEMA_VERSION),))
         except sqlite3.Error as exc:
-            raise ConfigError(f"cannot open results store {self.path}: {exc}") from exc
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        # NORMAL is durable across process crashes in WAL mode (only an OS crash can lose the last commits).
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
-        self._db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
-                         (str(SCHEMA_VERSION),))
+            raise self._storage_error(exc) from None
+
+    def _check_schema(self) -> None:
+        """Refuse an SQLite file whose tables are not this store's (another program's database)."""
+        for table, wanted in _COLUMNS.items():
+            have = {r[1] for r in self._db.execute(f"PRAGMA table_info({table})")}
+            if not wanted <= have:
+                raise StorageError(f"{self.path} is an SQLite file of another program (its table {table!r} lacks "
+                                   f"{', '.join(sorted(wanted - have))}); pass --store a new path")
+
+    def _storage_error(self, exc: sqlite3.Error) -> StorageError:
+        """One line for a store SQLite refuses: not a database, damaged, locked, or on a full disk."""
+        text = " ".join(str(exc).split())
+        if "not a database" in text or "malformed" in text or "corrupt" in text:
+            return StorageError(f"results store {self.path} is not a LEMON results store or is damaged ({text}); "
+                                f"move it aside (mv '{self.path}' '{self.path}.bad') or pass --store a new path")
+        return StorageError(f"results store {self.path}: {text}; check the disk and that no other program holds "
+                            "it, or pass --store a new path")
+
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise self._storage_error(exc) from None
+
+    def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """All rows, fetched inside the guard: a damaged page may surface only while reading."""
+        try:
+            return self._db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._storage_error(exc) from None
 
     def close(self) -> None:
         self._db.close()
@@ -155,23 +219,23 @@ class ResultsStore:
         now = time.time()
         config_json = json.dumps(config, sort_keys=True, ensure_ascii=False, default=str)
         with self._tx():
-            self._db.execute(
+            self._exec(
                 "INSERT OR IGNORE INTO runs(run_id, benchmark, split, method, pool, level, seeds, n_items, "
                 "config_json, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, benchmark, split, method, pool, level, seeds, n_items, config_json, now, now),
             )
-            self._db.execute("UPDATE runs SET seeds = MAX(seeds, ?), updated = ? WHERE run_id = ?",
+            self._exec("UPDATE runs SET seeds = MAX(seeds, ?), updated = ? WHERE run_id = ?",
                              (seeds, now, run_id))
         info = self.run(run_id)
         assert info is not None
         return info
 
     def run(self, run_id: str) -> RunInfo | None:
-        row = self._db.execute("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+        row = self._exec("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         return _run_info(row) if row else None
 
     def runs(self) -> list[RunInfo]:
-        rows = self._db.execute("SELECT * FROM runs ORDER BY benchmark, method, created").fetchall()
+        rows = self._rows("SELECT * FROM runs ORDER BY benchmark, method, created")
         return [_run_info(r) for r in rows]
 
     # ---- items ------------------------------------------------------------------------------------------
@@ -180,7 +244,7 @@ class ResultsStore:
         """Commit one result (and its trace) now. Returns False if (run, item, seed) was already stored (kept
         as it was)."""
         with self._tx():
-            cur = self._db.execute(
+            cur = self._exec(
                 "INSERT OR IGNORE INTO items(run_id, item_id, seed, prediction, gold, correct, tokens_json, "
                 "total_tokens, orchestrator_tokens, latency_s, trace_id, status, stop_reason, created) "
                 "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -191,27 +255,58 @@ class ResultsStore:
             )
             added = cur.rowcount == 1
             if added and row.trace_json is not None:
-                self._db.execute("INSERT OR REPLACE INTO traces(run_id, item_id, seed, trace_json) VALUES (?,?,?,?)",
+                self._exec("INSERT OR REPLACE INTO traces(run_id, item_id, seed, trace_json) VALUES (?,?,?,?)",
                                  (run_id, row.item_id, row.seed, row.trace_json))
+            self._exec("DELETE FROM claims WHERE run_id = ? AND item_id = ? AND seed = ?",
+                       (run_id, row.item_id, row.seed))
         return added
+
+    # ---- claims (two processes on one run share the work) ---------------------------------------------
+
+    def claim(self, run_id: str, item_id: str, seed: int, owner: str, *, lease_s: float = CLAIM_LEASE_S) -> bool:
+        """Take (item, seed) for `owner` unless it is stored, or claimed by a live holder whose lease runs;
+        also renews `owner`'s other leases (each claim is a heartbeat of the process)."""
+        now = time.time()
+        key = (run_id, item_id, seed)
+        with self._tx():
+            if self._exec("SELECT 1 FROM items WHERE run_id = ? AND item_id = ? AND seed = ?", key).fetchone():
+                return False
+            held = self._exec("SELECT owner, expires FROM claims WHERE run_id = ? AND item_id = ? AND seed = ?",
+                              key).fetchone()
+            if held and held["owner"] != owner and held["expires"] > now and _holder_alive(held["owner"]):
+                return False
+            self._exec("INSERT OR REPLACE INTO claims(run_id, item_id, seed, owner, expires) VALUES (?,?,?,?,?)",
+                       (*key, owner, now + lease_s))
+            self._exec("UPDATE claims SET expires = ? WHERE owner = ?", (now + lease_s, owner))
+        return True
+
+    def release_claims(self, owner: str) -> int:
+        """Drop `owner`'s unfinished claims (its process is stopping): others may compute them at once."""
+        with self._tx():
+            return self._exec("DELETE FROM claims WHERE owner = ?", (owner,)).rowcount
+
+    def claimed_by_others(self, run_id: str, owner: str) -> int:
+        """How many (item, seed) pairs of `run_id` other processes hold now (for the summary)."""
+        return int(self._exec("SELECT COUNT(*) FROM claims WHERE run_id = ? AND owner != ? AND expires > ?",
+                              (run_id, owner, time.time())).fetchone()[0])
 
     def trace(self, run_id: str, item_id: str, seed: int = 0) -> dict[str, Any] | None:
         """The stored trace of (run, item, seed), or None."""
-        found = self._db.execute("SELECT trace_json FROM traces WHERE run_id = ? AND item_id = ? AND seed = ?",
+        found = self._exec("SELECT trace_json FROM traces WHERE run_id = ? AND item_id = ? AND seed = ?",
                                  (run_id, item_id, seed)).fetchone()
         return json.loads(found["trace_json"]) if found else None
 
     def delete_errors(self, run_id: str) -> int:
         """Drop rows whose status is `error` so they are computed again (after fixing a backend)."""
         with self._tx():
-            cur = self._db.execute("DELETE FROM items WHERE run_id = ? AND status = 'error'", (run_id,))
-            self._db.execute("DELETE FROM traces WHERE run_id = ? AND NOT EXISTS (SELECT 1 FROM items i WHERE "
+            cur = self._exec("DELETE FROM items WHERE run_id = ? AND status = 'error'", (run_id,))
+            self._exec("DELETE FROM traces WHERE run_id = ? AND NOT EXISTS (SELECT 1 FROM items i WHERE "
                              "i.run_id = traces.run_id AND i.item_id = traces.item_id AND i.seed = traces.seed)",
                              (run_id,))
         return cur.rowcount
 
     def done_keys(self, run_id: str) -> set[tuple[str, int]]:
-        rows = self._db.execute("SELECT item_id, seed FROM items WHERE run_id = ?", (run_id,)).fetchall()
+        rows = self._rows("SELECT item_id, seed FROM items WHERE run_id = ?", (run_id,))
         return {(r["item_id"], int(r["seed"])) for r in rows}
 
     def pending_items(self, run_id: str, keys: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -222,7 +317,7 @@ class ResultsStore:
     def items(self, run_id: str, *, item_ids: Sequence[str] | None = None,
               seeds: Sequence[int] | None = None) -> list[ItemRow]:
         """Stored rows of a run (optionally restricted), ordered by seed then insertion."""
-        rows = self._db.execute("SELECT * FROM items WHERE run_id = ? ORDER BY seed, rowid", (run_id,))
+        rows = self._rows("SELECT * FROM items WHERE run_id = ? ORDER BY seed, rowid", (run_id,))
         wanted_items = set(item_ids) if item_ids is not None else None
         wanted_seeds = set(seeds) if seeds is not None else None
         out = []
@@ -235,23 +330,53 @@ class ResultsStore:
         return out
 
     def count(self, run_id: str) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM items WHERE run_id = ?", (run_id,)).fetchone()[0])
+        return int(self._exec("SELECT COUNT(*) FROM items WHERE run_id = ?", (run_id,)).fetchone()[0])
 
     def _tx(self) -> _Transaction:
-        return _Transaction(self._db)
+        return _Transaction(self)
 
 
 class _Transaction:
     """BEGIN IMMEDIATE ... COMMIT/ROLLBACK on an autocommit connection."""
 
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
+    def __init__(self, store: ResultsStore) -> None:
+        self._store = store
 
     def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
+        self._store._exec("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
+        if exc_type is None:
+            self._store._exec("COMMIT")
+            return
+        # The error being raised says more than a failed rollback of a damaged file would.
+        with contextlib.suppress(sqlite3.Error):
+            self._store._db.execute("ROLLBACK")
+
+
+def new_claim_owner() -> str:
+    """A claim holder's identity: host, pid (to see on this host whether it still runs) and a random token."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _holder_alive(owner: str) -> bool:
+    """False when the claim's holder surely stopped: on this host, its pid is gone or is this process (an
+    earlier incarnation, e.g. PID 1 in a restarted container). Another host's holder counts as alive; its
+    lease decides."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return True
+    pid = int(pid_text)
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by another user
+    return True
 
 
 def _run_info(r: sqlite3.Row) -> RunInfo:

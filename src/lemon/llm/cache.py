@@ -4,16 +4,26 @@ Only deterministic requests are cached (greedy decoding, or sampling with an exp
 same request always yields the same text, so a hit is exact. The key is `request_key(model_id, request)`:
 model + messages + parameters + seed + constraints. WAL mode and a busy timeout let several processes (Ray
 workers, parallel evaluations) share one file.
+
+The cache only saves work, so its faults are told apart by when they happen: a file that cannot be created,
+is not SQLite, or is damaged is a `StorageError` at open or lookup (before anything is paid for), naming the
+file and the fix (delete or rename it; it holds nothing else). A completion that cannot be WRITTEN is logged
+and still returned: the call was paid for, and losing its result to a cache fault would be worse.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
 from pathlib import Path
 
+from lemon.errors import StorageError
 from lemon.llm.base import Backend, ChatRequest, Completion, request_key
+from lemon.paths import ensure_dir
+
+log = logging.getLogger(__name__)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS completions (
@@ -32,26 +42,48 @@ class SQLiteCache:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute(_SCHEMA)
+        ensure_dir(self.path.parent, "the LLM cache")
         self._lock = threading.Lock()
+        try:
+            self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
+            self._conn.execute("PRAGMA busy_timeout=30000")
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute(_SCHEMA)
+            self._conn.execute("SELECT key, model, text, prompt_tokens, completion_tokens, created "
+                               "FROM completions LIMIT 1").fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: sqlite3.Error) -> StorageError:
+        text = " ".join(str(exc).split())
+        return StorageError(f"LLM cache {self.path} cannot be used ({text}); it only saves repeated calls: delete "
+                            f"or rename it (mv '{self.path}' '{self.path}.bad') and run again, or pass --no-cache")
 
     def get(self, key: str) -> tuple[str, int, int] | None:
-        with self._lock:
-            row = self._conn.execute(
-                "SELECT text, prompt_tokens, completion_tokens FROM completions WHERE key = ?", (key,)
-            ).fetchone()
-        return (row[0], int(row[1]), int(row[2])) if row else None
+        try:
+            with self._lock:
+                row = self._conn.execute(
+                    "SELECT text, prompt_tokens, completion_tokens FROM completions WHERE key = ?", (key,)
+                ).fetchone()
+            return (str(row[0]), int(row[1]), int(row[2])) if row else None
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+        except (TypeError, ValueError):  # a row of the wrong types: treat as a miss, it will be overwritten
+            log.warning("LLM cache %s: unreadable entry %s…; calling the model instead", self.path, key[:12])
+            return None
 
     def put(self, key: str, c: Completion) -> None:
-        with self._lock:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO completions VALUES (?, ?, ?, ?, ?, ?)",
-                (key, c.model, c.text, c.prompt_tokens, c.completion_tokens, time.time()),
-            )
+        """Store a completion; a failure is logged, never raised (the caller holds a paid result)."""
+        try:
+            with self._lock:
+                self._conn.execute(
+                    "INSERT OR REPLACE INTO completions VALUES (?, ?, ?, ?, ?, ?)",
+                    (key, c.model, c.text, c.prompt_tokens, c.completion_tokens, time.time()),
+                )
+        except sqlite3.Error as exc:
+            log.warning("LLM cache %s: could not store a completion (%s); the result is kept, not cached",
+                        self.path, " ".join(str(exc).split()))
 
     def close(self) -> None:
         with self._lock:

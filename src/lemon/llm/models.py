@@ -2,8 +2,10 @@
 
 The weights ship inside registry packages (models.md): SmolLM2 as one file, the two Qwen models split across
 numbered packages. Split files are concatenated into `LEMON_HOME/models/` once (hashing while writing, renamed
-into place only when the hash matches); a verified file gets a stamp (size + mtime + sha256) so later runs
-do not re-hash a gigabyte. A missing package or a wrong hash is a `ModelFileError` naming what to install.
+into place only when the hash matches); a verified file gets a stamp so later runs do not re-hash a gigabyte.
+The stamp records size, mtime, ctime and inode: mtime alone can be restored after an edit (`touch -r`), ctime
+cannot (the kernel sets it on every write), so an edited file is re-hashed. `lemon models --verify` ignores
+stamps and re-hashes every file. A missing package or a wrong hash is a `ModelFileError` naming what to install.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from lemon.errors import ModelFileError
-from lemon.paths import models_dir
+from lemon.errors import ModelFileError, StorageError
+from lemon.paths import ensure_dir, models_dir
 
 log = logging.getLogger(__name__)
 
@@ -113,27 +115,36 @@ def _stamp_path(path: Path) -> Path:
     return models_dir() / "verified" / (hashlib.sha256(str(path).encode()).hexdigest()[:16] + ".json")
 
 
+def _stamp_fields(path: Path, sha: str) -> dict[str, object]:
+    st = path.stat()
+    return {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+            "inode": st.st_ino, "sha256": sha}
+
+
 def _stamp_ok(path: Path, sha: str) -> bool:
     try:
-        st = path.stat()
         data = json.loads(_stamp_path(path).read_text())
+        return bool(data == _stamp_fields(path, sha))
     except (OSError, ValueError):
         return False
-    return data == {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}
 
 
 def _write_stamp(path: Path, sha: str) -> None:
-    st = path.stat()
+    """Record a verified file; a stamp that cannot be written only costs a re-hash next time."""
     stamp = _stamp_path(path)
-    stamp.parent.mkdir(parents=True, exist_ok=True)
     tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha}))
-    tmp.replace(stamp)
+    try:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(_stamp_fields(path, sha)))
+        tmp.replace(stamp)
+    except OSError as exc:
+        log.warning("could not record the verified hash of %s (%s); it will be re-hashed next time", path, exc)
 
 
-def verify_sha256(path: Path, expected: str, what: str) -> None:
-    """Raise `ModelFileError` unless `path` hashes to `expected` (a stamp skips re-hashing an unchanged file)."""
-    if _stamp_ok(path, expected):
+def verify_sha256(path: Path, expected: str, what: str, *, rehash: bool = False) -> None:
+    """Raise `ModelFileError` unless `path` hashes to `expected`. A stamp skips re-hashing an unchanged file,
+    unless `rehash` (`lemon models --verify`)."""
+    if not rehash and _stamp_ok(path, expected):
         return
     digest = sha256_file(path)
     if digest != expected:
@@ -143,23 +154,27 @@ def verify_sha256(path: Path, expected: str, what: str) -> None:
     _write_stamp(path, expected)
 
 
-def verify_file(path: Path, model: ModelFile) -> None:
+def verify_file(path: Path, model: ModelFile, *, rehash: bool = False) -> None:
     """Raise `ModelFileError` unless `path` has `model`'s pinned sha256."""
-    verify_sha256(path, model.sha256, f"model {model.id}")
+    verify_sha256(path, model.sha256, f"model {model.id}", rehash=rehash)
 
 
 def _assemble(model: ModelFile, parts: list[Path], target: Path) -> None:
     """Concatenate split parts into `target`, hashing while writing; rename into place only if it matches."""
-    target.parent.mkdir(parents=True, exist_ok=True)
+    ensure_dir(target.parent, "assembled model files")
     tmp = target.with_suffix(f".{os.getpid()}.part")
     h = hashlib.sha256()
     try:
-        with tmp.open("wb") as out:
-            for p in parts:
-                with p.open("rb") as f:
-                    while block := f.read(1 << 22):
-                        h.update(block)
-                        out.write(block)
+        try:
+            with tmp.open("wb") as out:
+                for p in parts:
+                    with p.open("rb") as f:
+                        while block := f.read(1 << 22):
+                            h.update(block)
+                            out.write(block)
+        except OSError as exc:
+            raise StorageError(f"model {model.id}: cannot write {tmp} ({exc.strerror or exc}); free "
+                               f"{model.size / 1e9:.1f} GB there or set LEMON_MODELS_DIR to another folder") from None
         if h.hexdigest() != model.sha256:
             raise ModelFileError(f"model {model.id}: assembled parts have sha256 {h.hexdigest()[:12]}…, expected "
                                  f"{model.sha256[:12]}…; reinstall {model.package_spec} with: {INSTALL_HINT}")
@@ -176,14 +191,15 @@ def _lookup(model_id: str) -> ModelFile:
         raise ModelFileError(f"unknown model {model_id!r}; known: {', '.join(MODELS)}") from None
 
 
-def ensure_model(model_id: str) -> Path:
-    """The verified local path of `model_id`, assembling split packages on first use."""
+def ensure_model(model_id: str, *, rehash: bool = False) -> Path:
+    """The verified local path of `model_id`, assembling split packages on first use (and again when the
+    assembled file no longer matches its hash)."""
     model = _lookup(model_id)
     if model.split:
         target = models_dir() / model.filename
         if target.is_file():
             try:
-                verify_file(target, model)
+                verify_file(target, model, rehash=rehash)
                 return target
             except ModelFileError:
                 log.warning("model %s: assembled file is corrupt; assembling again", model_id)
@@ -193,17 +209,18 @@ def ensure_model(model_id: str) -> Path:
         _assemble(model, parts, target)
         return target
     (path,) = _sources(model)
-    verify_file(path, model)
+    verify_file(path, model, rehash=rehash)
     return path
 
 
-def model_status() -> list[ModelStatus]:
-    """Presence and verification of every pinned model (assembles and hashes what is not yet verified)."""
+def model_status(*, rehash: bool = False) -> list[ModelStatus]:
+    """Presence and verification of every pinned model (assembles and hashes what is not yet verified;
+    `rehash` hashes every file again, trusting no stamp)."""
     out: list[ModelStatus] = []
     for m in MODELS.values():
         try:
-            path = ensure_model(m.id)
-            out.append(ModelStatus(m.id, True, True, path.stat().st_size, path, "ok"))
+            path = ensure_model(m.id, rehash=rehash)
+            out.append(ModelStatus(m.id, True, True, path.stat().st_size, path, "re-hashed" if rehash else "ok"))
         except ModelFileError as exc:
             out.append(ModelStatus(m.id, False, False, 0, None, str(exc)))
     return out

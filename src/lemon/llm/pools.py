@@ -2,6 +2,10 @@
 
 Levels that name the same model share ONE backend instance (so one llama.cpp model is loaded once and its
 calls are serialised), and, unless disabled, every backend sits behind the persistent SQLite request cache.
+
+A pool file is user input: every value is checked here, with bounds, before any backend exists, so a bad
+one is a one-line `ConfigError` instead of a traceback later (`temperature: hot`, `.nan`, `timeout_s: .inf`,
+a `file://` URL) or a crash inside llama.cpp (`n_threads: 100000` segfaulted).
 """
 
 from __future__ import annotations
@@ -9,9 +13,10 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lemon.errors import ConfigError
 from lemon.llm.base import Backend, GenParams
@@ -22,35 +27,64 @@ from lemon.yamlfile import load_yaml
 
 BUILTIN = ("cpu", "tiny")
 _NAME = r"^[a-z][a-z0-9_]{0,23}$"
+MAX_POOL_FILE_BYTES = 1 << 20
+# No CPU LEMON runs on has more cores than this; llama.cpp crashed (SIGSEGV) on 100000 threads.
+MAX_THREADS = 256
+MAX_CONTEXT = 1 << 17
 
 
 class LevelConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: `.nan`/`.inf` pass every ge/gt bound (NaN compares false) and mean nothing here.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str = Field(pattern=_NAME)
     backend: Literal["embedded", "openai", "scripted"]
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=4096)
     concurrency: int = Field(default=1, ge=1, le=256)
     # embedded
-    n_ctx: int = Field(default=8192, ge=256)
-    n_threads: int | None = Field(default=None, ge=1)
+    n_ctx: int = Field(default=8192, ge=256, le=MAX_CONTEXT)
+    n_threads: int | None = Field(default=None, ge=1, le=MAX_THREADS)
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # pin for a `model:` given as a path
     # openai
-    base_url: str | None = None
-    api_key_env: str | None = None
-    timeout_s: float = Field(default=120.0, gt=0)
+    base_url: str | None = Field(default=None, max_length=2048)
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+    timeout_s: float = Field(default=120.0, gt=0, le=86_400)
     max_retries: int = Field(default=3, ge=0, le=10)
     schema_style: Literal["llama_cpp", "openai"] = "llama_cpp"
     extensions: bool = True
     # scripted (test double)
-    latency_s: float = Field(default=0.0, ge=0)
+    latency_s: float = Field(default=0.0, ge=0, le=3_600)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080/v1; "
+                             f"got {value[:80]!r}")
+        return value
+
+
+class DefaultsConfig(BaseModel):
+    """The pool's generation defaults (`GenParams`), checked: a dataclass would take `temperature: hot`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=256, ge=1, le=MAX_CONTEXT)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+    stop: tuple[str, ...] = Field(default=(), max_length=16)
+    repeat_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
 
 
 class PoolConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, max_length=64)
-    defaults: dict[str, Any] = Field(default_factory=dict)
+    defaults: DefaultsConfig = Field(default_factory=DefaultsConfig)
     levels: tuple[LevelConfig, ...] = Field(min_length=1, max_length=8)
 
 
@@ -61,24 +95,40 @@ def _read(name_or_path: str) -> tuple[str, str]:
     path = Path(name_or_path).expanduser()
     if not path.is_file():
         raise ConfigError(f"pool {name_or_path!r} is neither a built-in pool ({', '.join(BUILTIN)}) nor a file")
-    return str(path), path.read_text("utf-8")
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_POOL_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"pool file {path} cannot be read: {exc.strerror or exc}") from None
+    if len(data) > MAX_POOL_FILE_BYTES:
+        raise ConfigError(f"pool file {path} is larger than {MAX_POOL_FILE_BYTES:,} bytes; a pool is a few levels")
+    try:
+        return str(path), data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"pool file {path} is not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                          "save it as UTF-8") from None
+
+
+def _decode(where: str, text: str) -> PoolConfig:
+    """YAML -> PoolConfig; every failure (syntax, implicit types YAML cannot build, bounds) is one line."""
+    try:
+        return PoolConfig.model_validate(load_yaml(text))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{where}: malformed YAML ({' '.join(str(exc).split())[:300]})") from None
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = " ".join(str(err["msg"]).split())[:300]
+        raise ConfigError(f"{where}: field {loc}: {msg}") from None
+    except (ValueError, OverflowError, RecursionError) as exc:  # e.g. `name: 2024-02-30`, a 5,000-digit int
+        raise ConfigError(f"{where}: a value YAML cannot read ({' '.join(str(exc).split())[:200]}); "
+                          "quote it") from None
 
 
 def read_pool_config(name_or_path: str) -> PoolConfig:
     """Parse and check a pool definition without loading any model."""
     where, text = _read(name_or_path)
-    try:
-        data = load_yaml(text)
-        cfg = PoolConfig.model_validate(data)
-        GenParams(**{k: tuple(v) if k == "stop" else v for k, v in cfg.defaults.items()})
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{where}: malformed YAML ({' '.join(str(exc).split())})") from None
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(f"{where}: field {loc}: {err['msg']}") from None
-    except TypeError as exc:
-        raise ConfigError(f"{where}: defaults: {exc}") from None
+    cfg = _decode(where, text)
     names = [lv.name for lv in cfg.levels]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: level names must be unique, got {names}")
@@ -129,5 +179,4 @@ def load_pool(name_or_path: str, *, cache: bool = True, cache_path: Path | None 
         # An embedded model runs one call at a time however many levels share it.
         concurrency = 1 if lv.backend == "embedded" else lv.concurrency
         levels.append(Level(lv.name, shared[key], concurrency))
-    defaults = {k: tuple(v) if k == "stop" else v for k, v in cfg.defaults.items()}
-    return Pool(cfg.name, tuple(levels), GenParams(**defaults))
+    return Pool(cfg.name, tuple(levels), GenParams(**cfg.defaults.model_dump()))

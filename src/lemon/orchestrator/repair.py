@@ -109,7 +109,7 @@ def repair_spec_data(
     seen = {a["name"] for a in agents}
     sinks = [a["name"] for a in agents if a["name"] not in used]
     output = data.get("output")
-    if output not in seen:
+    if not isinstance(output, str) or output not in seen:
         new_output = sinks[0] if len(sinks) == 1 else agents[-1]["name"]
         warnings.append(f"output {output!r} names no agent; using {new_output!r}")
         output = new_output

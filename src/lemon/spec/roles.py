@@ -56,7 +56,8 @@ class RoleLibrary:
         return cls(roles)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._roles
+        # Not a dict lookup alone: a decoded spec may hold a list or mapping where a role name belongs.
+        return isinstance(name, str) and name in self._roles
 
     def __getitem__(self, name: str) -> Role:
         return self._roles[name]
