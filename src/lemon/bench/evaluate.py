@@ -247,6 +247,7 @@ async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
     prompt = task.format_prompt(item)
     start = time.perf_counter()
     orch_tokens = 0
+    orch_info: dict[str, Any] | None = None
     # Each (item, seed) gets its own sampling stream, for the orchestrator and the workers alike. One stream
     # shared by every item of a seed (the run seed alone) couples the items: the same random draws make the
     # same choices everywhere, so a seed's accuracy swings as one block (measured: 0% vs 40% between two
@@ -256,20 +257,29 @@ async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
         proposal = await ctx.orchestrator.propose(prompt, seed=item_seed)
         spec = proposal.spec
         orch_tokens = int(proposal.tokens)
+        orch_info = proposal_info(proposal)
     else:
         spec = spec_for(ctx, item, seed)
     result = await ctx.executor.run(spec, prompt, seed=item_seed,
                                     vote_key=lambda text: task.extract(text, item),
-                                    task_id=str(item.id))
+                                    task_id=str(item.id), orchestrator=orch_info)
     prediction = task.extract(result.answer, item) if result.answer else None
     correct = await _check(ctx, prediction, item) if prediction is not None else False
     latency = time.perf_counter() - start
+    result.trace.rewards = {"correct": float(correct)}
     trace_id = getattr(result.trace, "trace_id", None)
     tokens = {str(k): v for k, v in dict(result.tokens_by_agent).items()}
     return ItemRow(item_id=str(item.id), seed=seed, prediction=prediction, gold=_gold(item), correct=correct,
                    tokens=tokens, total_tokens=int(result.total_tokens), latency_s=latency, trace_id=trace_id,
                    status=str(result.status), stop_reason=getattr(result, "stop_reason", None),
                    orchestrator_tokens=orch_tokens, trace_json=_compact_json(result.trace.to_json()))
+
+
+def proposal_info(proposal: Any) -> dict[str, Any]:
+    """What the trace keeps of how the spec was written: the orchestrator's raw output, repairs, tokens."""
+    return {"source": proposal.source, "raw": proposal.raw, "warnings": list(proposal.warnings),
+            "prompt_tokens": proposal.prompt_tokens, "completion_tokens": proposal.completion_tokens,
+            "tokens": proposal.tokens, **{k: v for k, v in proposal.extra.items() if k != "raw"}}
 
 
 def _compact_json(data: Any) -> str:
