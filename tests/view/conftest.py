@@ -15,6 +15,7 @@ import pytest
 from lemon.bench.datasets import load_split
 from lemon.bench.evaluate import default_split, evaluate
 from lemon.llm.base import ChatRequest
+from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
 from tests.bench_eval.conftest import scripted_pool
 
@@ -28,6 +29,11 @@ class Stored:
     bad: str            # run id of `cot`, right on the even-numbered items only (regressions vs good)
     items: tuple[str, ...]
     questions: dict[str, str]
+    answers: dict[str, str]     # question -> gold
+
+    def good_pool(self) -> Pool:
+        """The scripted pool the `good` run was made with (explain needs the run's own models)."""
+        return scripted_pool(ScriptedBackend("scripted-good", responder=_responder(self.answers, set())))
 
 
 def _responder(answers: dict[str, str], wrong_on: set[str]):  # type: ignore[no-untyped-def]
@@ -56,7 +62,7 @@ def build_store(store: Path, data_dir: Path) -> Stored:
                                pool_factory=lambda: scripted_pool(ScriptedBackend(
                                    "scripted-bad", responder=_responder(answers, wrong)))))
     return Stored(store, good.run_id, bad.run_id, tuple(str(i.id) for i in items),
-                  {str(i.id): i.question for i in items})
+                  {str(i.id): i.question for i in items}, answers)
 
 
 @pytest.fixture
@@ -81,3 +87,41 @@ def assert_one_line_error(proc: subprocess.CompletedProcess[str], expected: str)
 def json_out(proc: subprocess.CompletedProcess[str]) -> object:
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+DEAD_SPEC = json.dumps({"agents": [
+    {"name": "solver", "role": "math_solver", "duty": "Solve it carefully.", "capacity": "small", "depends_on": []},
+    {"name": "helper", "role": "analyst", "duty": "", "capacity": "medium", "depends_on": []},
+    {"name": "final", "role": "final_decision_maker", "duty": "", "capacity": "large", "depends_on": ["solver"]}],
+    "output": "final"})
+
+
+def add_prompted_run(store: Path, data_dir: Path, limit: int = 2) -> str:
+    """A `prompted` run whose (scripted) orchestrator writes a spec with a dead agent and three capacities."""
+    items = list(load_split("multiarith", default_split("multiarith"), data_dir=data_dir))[:limit]
+    answers = {i.question: str(i.answer) for i in items}
+    plain = _responder(answers, set())
+
+    def reply(request: ChatRequest) -> str:
+        return DEAD_SPEC if request.json_schema is not None else plain(request)
+
+    summary = asyncio.run(evaluate("multiarith", "prompted", limit=limit, store=store, data_dir=data_dir,
+                                   pool="scripted", level="small", progress=False,
+                                   pool_factory=lambda: scripted_pool(ScriptedBackend("scripted-orch",
+                                                                                      responder=reply))))
+    return summary.run_id
+
+
+def write_training_run(run_dir: Path, steps: int = 6) -> Path:
+    """A training run directory as `lemon train` leaves it: metrics.jsonl (one row per step), plus pairs."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / "metrics.jsonl").open("w", encoding="utf-8") as fh:
+        for s in range(1, steps + 1):
+            fh.write(json.dumps({"step": s, "reward_mean": 0.1 * s, "accuracy": 0.05 * s, "valid_rate": 1.0,
+                                 "worker_tokens": 1000 + 10 * s, "cf_abs_delta_mean/edge": 0.2}) + "\n")
+    text = 'agents:\n  - name: solver\n    role: math_solver\n    duty: "Solve it."\n'
+    with (run_dir / "counterfactuals.jsonl").open("w", encoding="utf-8") as fh:
+        fh.write(json.dumps({"step": 1, "family": "role", "field": "duty solver", "delta": 1.0, "original": text,
+                             "edited": text.replace("Solve it.", ""), "char_start": text.index("Solve"),
+                             "char_end": text.index("Solve") + len("Solve it.")}) + "\n")
+    return run_dir

@@ -40,8 +40,8 @@ def _pool(answers: dict[str, str], prefix: str = "m") -> Pool:
             return f"({tag}) The answer is {int(float(gold)) + 1}."
         return f"({tag}) The answer is {gold}."
 
-    return Pool("scripted", tuple(Level(n, ScriptedBackend(f"{prefix}-{n}", responder=responder(f"{prefix}-{n}")), 8) for n in LEVELS),
-                GenParams(max_tokens=64))
+    levels = tuple(Level(n, ScriptedBackend(f"{prefix}-{n}", responder=responder(f"{prefix}-{n}")), 8) for n in LEVELS)
+    return Pool("scripted", levels, GenParams(max_tokens=64))
 
 
 def _stored_chain(tmp_path: Path, data_dir: Path, level: str = "large") -> tuple[Path, str, str, dict[str, str]]:

@@ -281,6 +281,50 @@ def _num(v: int | None, signed: bool = False) -> str:
     return "-" if v is None else (f"{v:+,}" if signed else f"{v:,}")
 
 
+# ---- lemon view -----------------------------------------------------------------------------------------
+
+
+def view_cmd(
+    target: Annotated[str | None, typer.Argument(
+        help="A results store file, a run id (or prefix) of --store, or a `lemon train` run directory; "
+             "default: the default store.")] = None,
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    item: Annotated[str | None, typer.Option(help="Open the page on this item of the run.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of --item.")] = 0,
+    train: Annotated[list[Path] | None, typer.Option(help="Also show this `lemon train` run directory.")] = None,
+    max_traces: Annotated[int, typer.Option(help="Traces embedded per run (the rest are listed, not shown).")] = 300,
+    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("lemon-view.html"),
+) -> None:
+    """Write a self-contained HTML page (works offline) showing runs, items, DAGs, diffs, attributions, training."""
+    from lemon.bench.itemview import resolve_item
+    from lemon.bench.store import open_existing_store
+    from lemon.bench.view import write_atomic
+    from lemon.bench.view.build import store_page, training_page
+
+    console, _ = _consoles()
+    if max_traces < 0:
+        raise LemonError("--max-traces must be 0 or more")
+    train_dirs = [Path(d) for d in train or ()]
+    path = Path(target) if target is not None else None
+    if path is not None and path.is_dir():
+        html = training_page([path, *train_dirs])
+    else:
+        is_store = path is not None and path.is_file()
+        with open_existing_store(path if is_store and path is not None else _store_path(store)) as db:
+            run_ids, focus = None, None
+            if target is not None and not is_store:
+                run = db.resolve_run(target)
+                run_ids = [run.run_id]
+                if item is not None:
+                    row = resolve_item(db, run, item, seed)
+                    focus = (run.run_id, row.item_id, row.seed)
+            elif item is not None:
+                raise LemonError("--item needs a run: lemon view RUN --item ITEM")
+            html = store_page(db, run_ids=run_ids, focus=focus, max_traces=max_traces, train_dirs=train_dirs)
+    write_atomic(out, html)
+    console.print(f"wrote {out} ({len(html) / 1e6:.1f} MB); open file://{out.resolve()}", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add `trace` (and, as they land, `explain`, `view`, `export`) to the main CLI app (idempotent)."""
     names = {c.name for c in app.registered_commands}
@@ -288,3 +332,5 @@ def register(app: typer.Typer) -> None:
         app.command("trace")(trace_cmd)
     if "explain" not in names:
         app.command("explain")(explain_cmd)
+    if "view" not in names:
+        app.command("view")(view_cmd)
