@@ -325,6 +325,68 @@ def view_cmd(
     console.print(f"wrote {out} ({len(html) / 1e6:.1f} MB); open file://{out.resolve()}", highlight=False)
 
 
+# ---- lemon export ---------------------------------------------------------------------------------------
+
+export_app = typer.Typer(help="Export stored runs: OpenTelemetry (OTLP/HTTP), an Inspect eval log, or a CSV table.",
+                         no_args_is_help=True)
+
+
+@export_app.command("otel")
+def export_otel_cmd(
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
+    endpoint: Annotated[str, typer.Option(help="OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318/v1/traces "
+                                               "(nothing is sent anywhere else).")],
+    item: Annotated[list[str] | None, typer.Option(help="Only these item ids (repeatable).")] = None,
+    include_content: Annotated[bool, typer.Option("--include-content",
+                                                  help="Add prompts and outputs as gen_ai.*.messages.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds per request to the endpoint.")] = 10.0,
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+) -> None:
+    """One OTel trace per item: a root span, an invoke_agent span per agent, chat spans with GenAI attributes."""
+    from lemon.bench.export_otel import export_otel
+    from lemon.bench.store import open_existing_store
+
+    console, _ = _consoles()
+    with open_existing_store(_store_path(store)) as db:
+        run = db.resolve_run(run_id)
+        n = export_otel(db, run, endpoint, item_ids=item or None, include_content=include_content, timeout=timeout)
+    console.print(f"sent {n} spans of run {run.run_id} to {endpoint}", highlight=False)
+
+
+@export_app.command("inspect")
+def export_inspect_cmd(
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
+    out: Annotated[Path, typer.Option(help="The Inspect log file to write (.eval or .json).")],
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+) -> None:
+    """An evaluation run as an Inspect eval log (open it with `inspect view`)."""
+    from lemon.bench.export_inspect import write_inspect_log
+    from lemon.bench.store import open_existing_store
+
+    console, _ = _consoles()
+    with open_existing_store(_store_path(store)) as db:
+        run = db.resolve_run(run_id)
+        n = write_inspect_log(db, run, out)
+    console.print(f"wrote {out} ({n} samples of run {run.run_id})", highlight=False)
+
+
+@export_app.command("csv")
+def export_csv_cmd(
+    out: Annotated[Path, typer.Option(help="The CSV file to write.")],
+    run_ids: Annotated[list[str] | None, typer.Argument(help="Run ids or prefixes (default: every run).")] = None,
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+) -> None:
+    """One row per (run, item, seed): correctness, prediction, gold, tokens, status, latency."""
+    from lemon.bench.export_table import write_results_csv
+    from lemon.bench.store import open_existing_store
+
+    console, _ = _consoles()
+    with open_existing_store(_store_path(store)) as db:
+        runs = [db.resolve_run(r) for r in run_ids] if run_ids else db.runs()
+        n = write_results_csv(db, runs, out)
+    console.print(f"wrote {out} ({n} rows of {len(runs)} run(s))", highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     """Add `trace` (and, as they land, `explain`, `view`, `export`) to the main CLI app (idempotent)."""
     names = {c.name for c in app.registered_commands}
@@ -334,3 +396,5 @@ def register(app: typer.Typer) -> None:
         app.command("explain")(explain_cmd)
     if "view" not in names:
         app.command("view")(view_cmd)
+    if "export" not in {g.name for g in app.registered_groups}:
+        app.add_typer(export_app, name="export")
