@@ -50,7 +50,7 @@ def test_spans_follow_the_genai_conventions(stored: Stored) -> None:
 class _Receiver(BaseHTTPRequestHandler):
     requests: list[ExportTraceServiceRequest]
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
