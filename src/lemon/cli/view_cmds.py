@@ -343,7 +343,11 @@ def export_otel_cmd(
     store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
 ) -> None:
     """One OTel trace per item: a root span, an invoke_agent span per agent, chat spans with GenAI attributes."""
-    from lemon.bench.export_otel import export_otel
+    try:
+        from lemon.bench.export_otel import export_otel
+    except ImportError as exc:
+        raise LemonError(f"exporting to OpenTelemetry needs the [export] extra ({exc.name} is missing): "
+                         "pip install -e '.[export]'") from None
     from lemon.bench.store import open_existing_store
 
     console, _ = _consoles()
