@@ -114,3 +114,22 @@ def test_cli_bad_input(tmp_path: Path, data_dir: Path, _isolated_home: Path) -> 
                           "has no item")
     with ResultsStore(store) as db:
         assert db.explanations(run_id) == []  # nothing written
+
+
+def test_explain_a_spec_file_and_a_task(tmp_path: Path, _isolated_home: Path) -> None:
+    import json
+
+    pool = tmp_path / "pool.yaml"
+    pool.write_text("name: s\ndefaults: {temperature: 0.0, max_tokens: 32}\nlevels:\n" + "".join(
+        f"  - {{name: {n}, backend: scripted, model: scripted-{n}}}\n" for n in LEVELS))
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("agents:\n  - {name: solver, role: math_solver, duty: \"Solve it.\", capacity: small}\n"
+                    "  - {name: final, role: critic, capacity: large, depends_on: [solver]}\n")
+    proc = lemon("explain", str(spec), "What is 2 + 2?", "--pool", str(pool), "--json", home=_isolated_home)
+    assert proc.returncode == 0, proc.stderr
+    att = json.loads(proc.stdout)
+    calls = {e["field"]: e["calls"] for e in att["edits"]}
+    assert calls == {"edge final<-solver": 1, "duty solver": 2, "capacity final": 1}
+    assert att["original"]["calls"] == 2 and att["calls"] == 4 and att["run_id"] is None
+    assert all(e["delta"] is None and e["note"] in ("answer changed", "same answer") for e in att["edits"])
+    assert "3 edit(s) to run" in proc.stderr

@@ -178,10 +178,6 @@ def explain_cmd(
 ) -> None:
     """Counterfactual attribution: re-run every applicable single-field edit (edge deleted, duty reverted, capacity
     lowered) and show how each changes correctness and tokens. Stored with the run."""
-    import asyncio
-
-    from lemon.llm.pools import load_pool
-
     console, err = _consoles()
 
     def on_plan(att: Any) -> None:
@@ -193,29 +189,9 @@ def explain_cmd(
     def on_edit(e: Any) -> None:
         err.print(Text(f"  {e.edit}: calls {e.calls}, cache hits {e.cache_hits}, right {e.correct}"))
 
-    spec_path = Path(target)
-    if spec_path.is_file():
-        from lemon.bench.explain import explain_spec
-        from lemon.cli.session import _read_spec_file
-        from lemon.llm.base import GenParams
-        from lemon.llm.pools import pool_level_names
-        from lemon.spec.roles import RoleLibrary
-        from lemon.spec.validate import load_spec
-
-        spec = load_spec(_read_spec_file(spec_path), RoleLibrary.load(), pool_level_names(pool))
-        the_pool = load_pool(pool, cache=not no_cache)
-        params = GenParams(**{**{f: getattr(the_pool.defaults, f) for f in the_pool.defaults.__dataclass_fields__},
-                              "max_tokens": max_tokens})
-
-        async def go_spec() -> Any:
-            try:
-                return await explain_spec(spec, item, the_pool, seed=seed, params=params, gold=gold,
-                                          max_edits=max_edits, budget_tokens=budget_tokens, on_plan=on_plan,
-                                          on_edit=on_edit)
-            finally:
-                await the_pool.aclose()
-
-        att = asyncio.run(go_spec())
+    if Path(target).is_file():
+        att = _explain_spec_file(Path(target), item, pool, seed, gold, max_tokens, max_edits, budget_tokens,
+                                 no_cache, on_plan, on_edit)
     else:
         att = _explain_stored(target, item, seed, store, data_dir, max_edits, budget_tokens, no_cache, on_plan,
                               on_edit)
@@ -223,6 +199,33 @@ def explain_cmd(
         console.file.write(json.dumps(att.to_json(), ensure_ascii=False, indent=1, default=str) + "\n")
     else:
         console.print(attribution_table(att))
+
+
+def _explain_spec_file(spec_path: Path, task: str, pool: str, seed: int, gold: str | None, max_tokens: int,
+                       max_edits: int | None, budget_tokens: int | None, no_cache: bool, on_plan: Any,
+                       on_edit: Any) -> Any:
+    import asyncio
+
+    from lemon.bench.explain import explain_spec
+    from lemon.cli.session import _read_spec_file
+    from lemon.llm.base import GenParams
+    from lemon.llm.pools import load_pool, pool_level_names
+    from lemon.spec.roles import RoleLibrary
+    from lemon.spec.validate import load_spec
+
+    spec = load_spec(_read_spec_file(spec_path), RoleLibrary.load(), pool_level_names(pool))
+    the_pool = load_pool(pool, cache=not no_cache)
+    params = GenParams(**{**{f: getattr(the_pool.defaults, f) for f in the_pool.defaults.__dataclass_fields__},
+                          "max_tokens": max_tokens})
+
+    async def go() -> Any:
+        try:
+            return await explain_spec(spec, task, the_pool, seed=seed, params=params, gold=gold, max_edits=max_edits,
+                                      budget_tokens=budget_tokens, on_plan=on_plan, on_edit=on_edit)
+        finally:
+            await the_pool.aclose()
+
+    return asyncio.run(go())
 
 
 def _explain_stored(target: str, item: str, seed: int, store: Path | None, data_dir: Path | None,
