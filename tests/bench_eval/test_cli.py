@@ -99,7 +99,7 @@ def test_sigkill_mid_run_then_same_command_resumes_each_item_once(tmp_path: Path
     assert '"trace_id"' in (tmp_path / "t.json").read_text()
     missing = subprocess.run(_cli("trace", run_id, "multiarith/nope", "--store", str(store)),
                              env=_env(_isolated_home), capture_output=True, text=True, timeout=120)
-    assert missing.returncode == 2 and "no trace of multiarith/nope" in missing.stderr
+    assert missing.returncode == 2 and "has no item 'multiarith/nope'" in " ".join(missing.stderr.split())
     assert "Traceback" not in missing.stderr
 
     report = subprocess.run(_cli("report", "--store", str(store), "--out", str(tmp_path / "results.md"),

@@ -287,6 +287,7 @@ async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
     prompt = task.format_prompt(item)
     start = time.perf_counter()
     orch_tokens = 0
+    orch_info: dict[str, Any] | None = None
     # Each (item, seed) gets its own sampling stream, for the orchestrator and the workers alike. One stream
     # shared by every item of a seed (the run seed alone) couples the items: the same random draws make the
     # same choices everywhere, so a seed's accuracy swings as one block (measured: 0% vs 40% between two
@@ -301,16 +302,19 @@ async def run_item(ctx: ItemContext, item: Any, seed: int) -> ItemRow:
             return _error_row(item, seed, f"orchestrator: {exc}", time.perf_counter() - start)
         spec = proposal.spec
         orch_tokens = int(proposal.tokens)
+        orch_info = proposal_info(proposal)
     else:
         spec = spec_for(ctx, item, seed)
     result = await ctx.executor.run(spec, prompt, seed=item_seed,
                                     vote_key=lambda text: task.extract(text, item),
-                                    task_id=str(item.id), shared_budget=ctx.eval_budget)
+                                    task_id=str(item.id), shared_budget=ctx.eval_budget,
+                                    orchestrator=orch_info)
     if result.status == "budget_exceeded" and result.budget_scope == "eval":
         raise EvalBudgetSpent(result.stop_reason)
     prediction = task.extract(result.answer, item) if result.answer else None
     correct = await _check(ctx, prediction, item) if prediction is not None else False
     latency = time.perf_counter() - start
+    result.trace.rewards = {"correct": float(correct)}
     trace_id = getattr(result.trace, "trace_id", None)
     tokens = {str(k): v for k, v in dict(result.tokens_by_agent).items()}
     return ItemRow(item_id=str(item.id), seed=seed, prediction=prediction, gold=_gold(item), correct=correct,
@@ -337,6 +341,8 @@ async def _propose(ctx: ItemContext, prompt: str, seed: int) -> Any:
 
 def orchestrator_token_bound(orchestrator: Any, prompt: str) -> int:
     """The most tokens one proposal can cost: a bound on its prompt plus its generation limit."""
+    if not getattr(orchestrator, "writes_with_model", True):  # the template orchestrator: no model call
+        return 0
     if hasattr(orchestrator, "messages"):  # the prompted orchestrator
         return prompt_token_bound(orchestrator.messages(prompt)) + int(orchestrator.max_tokens)
     from lemon.orchestrator.policy_prompt import policy_messages
@@ -350,6 +356,13 @@ def _error_row(item: Any, seed: int, reason: str, latency_s: float) -> ItemRow:
     """The row of an item that failed before its spec ran (nothing to score, no trace)."""
     return ItemRow(item_id=str(item.id), seed=seed, prediction=None, gold=_gold(item), correct=False, tokens={},
                    total_tokens=0, latency_s=latency_s, trace_id=None, status="error", stop_reason=reason)
+
+
+def proposal_info(proposal: Any) -> dict[str, Any]:
+    """What the trace keeps of how the spec was written: the orchestrator's raw output, repairs, tokens."""
+    return {"source": proposal.source, "raw": proposal.raw, "warnings": list(proposal.warnings),
+            "prompt_tokens": proposal.prompt_tokens, "completion_tokens": proposal.completion_tokens,
+            "tokens": proposal.tokens, **{k: v for k, v in proposal.extra.items() if k != "raw"}}
 
 
 def _compact_json(data: Any) -> str:

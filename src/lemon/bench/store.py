@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lemon.errors import StorageError
+from lemon.errors import LemonError, StorageError
 from lemon.paths import ensure_dir, lemon_home
 
 SCHEMA_VERSION = 1
@@ -100,6 +100,20 @@ _COLUMNS = {
     "claims": {"run_id", "item_id", "seed", "owner", "expires"},
 }
 CLAIM_LEASE_S = 900.0
+
+
+# Counterfactual attributions (`lemon explain`), one per (run, item, seed); kept apart from _SCHEMA so the
+# table is additive: stores written before it existed gain it on open and stay at SCHEMA_VERSION.
+_EXPLAIN_SCHEMA = """
+CREATE TABLE IF NOT EXISTS explanations (
+    run_id      TEXT NOT NULL,
+    item_id     TEXT NOT NULL,
+    seed        INTEGER NOT NULL,
+    result_json TEXT NOT NULL,         -- lemon.bench.explain.Attribution as JSON
+    created     REAL NOT NULL,
+    PRIMARY KEY (run_id, item_id, seed)
+);
+"""
 
 
 def default_store_path() -> Path:
@@ -166,6 +180,7 @@ class ResultsStore:
             # NORMAL is durable across process crashes in WAL mode (only an OS crash can lose the last commits).
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(_SCHEMA)
+            self._db.executescript(_EXPLAIN_SCHEMA)
             self._check_schema()
             self._db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
                              (str(SCHEMA_VERSION),))
@@ -329,11 +344,72 @@ class ResultsStore:
             out.append(_item_row(r))
         return out
 
+    def resolve_run(self, selector: str) -> RunInfo:
+        """The run whose id is `selector` or starts with it (reports print ids short); one line if none or
+        several match."""
+        exact = self.run(selector)
+        if exact is not None:
+            return exact
+        rows = self._db.execute("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY created",
+                                (len(selector), selector)).fetchall() if selector else []
+        if len(rows) == 1:
+            return _run_info(rows[0])
+        if not rows:
+            raise LemonError(f"no run {selector!r} in {self.path}; list the runs with `lemon report --store "
+                             f"{self.path}`")
+        ids = ", ".join(r["run_id"] for r in rows[:5])
+        raise LemonError(f"run id prefix {selector!r} matches {len(rows)} runs ({ids}); give more characters")
+
+    def put_explanation(self, run_id: str, item_id: str, seed: int, result: dict[str, Any]) -> None:
+        """Store (or replace) the counterfactual attribution of one (run, item, seed), in one transaction."""
+        with self._tx():
+            self._db.execute("INSERT OR REPLACE INTO explanations(run_id, item_id, seed, result_json, created) "
+                             "VALUES (?,?,?,?,?)", (run_id, item_id, seed,
+                                                    json.dumps(result, ensure_ascii=False, default=str), time.time()))
+
+    def explanation(self, run_id: str, item_id: str, seed: int = 0) -> dict[str, Any] | None:
+        found = self._db.execute("SELECT result_json FROM explanations WHERE run_id = ? AND item_id = ? AND seed = ?",
+                                 (run_id, item_id, seed)).fetchone()
+        return json.loads(found["result_json"]) if found else None
+
+    def explanations(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._db.execute("SELECT result_json FROM explanations WHERE run_id = ? ORDER BY item_id, seed",
+                                (run_id,)).fetchall()
+        return [json.loads(r["result_json"]) for r in rows]
+
+    def traces(self, run_id: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], str]:
+        """The stored traces (as compact JSON text, unparsed) of the given (item, seed) keys of a run."""
+        wanted = set(keys)
+        rows = self._db.execute("SELECT item_id, seed, trace_json FROM traces WHERE run_id = ?", (run_id,))
+        return {(r["item_id"], int(r["seed"])): r["trace_json"] for r in rows
+                if (r["item_id"], int(r["seed"])) in wanted}
+
     def count(self, run_id: str) -> int:
         return int(self._exec("SELECT COUNT(*) FROM items WHERE run_id = ?", (run_id,)).fetchone()[0])
 
     def _tx(self) -> _Transaction:
         return _Transaction(self)
+
+
+def open_existing_store(path: Path) -> ResultsStore:
+    """Open a results store that must already exist and be one of this version's, without writing to anything
+    else: a missing file, a file that is not a LEMON store, or a store of another schema version is one line."""
+    if not path.is_file():
+        raise LemonError(f"no results store at {path}; run `lemon eval` first or pass --store")
+    try:
+        probe = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
+        try:
+            row = probe.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        finally:
+            probe.close()
+    except sqlite3.Error:
+        raise LemonError(f"{path} is not a LEMON results store (no readable `meta` table); pass the store "
+                         "`lemon eval` wrote") from None
+    if row is None or str(row[0]) != str(SCHEMA_VERSION):
+        found = "none" if row is None else row[0]
+        raise LemonError(f"results store {path} has schema version {found}, this LEMON reads version "
+                         f"{SCHEMA_VERSION}; use the LEMON version that wrote it or re-run `lemon eval`")
+    return ResultsStore(path)
 
 
 class _Transaction:

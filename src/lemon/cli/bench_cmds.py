@@ -132,41 +132,10 @@ def _compare_pair(value: str) -> tuple[str, str]:
     return a.strip(), b.strip()
 
 
-def trace_cmd(
-    run_id: Annotated[str, typer.Argument(help="Run id (the `run` column of `lemon report`).")],
-    item_id: Annotated[str, typer.Argument(help="Item id, e.g. multiarith/12 or gsm8k/test/3.")],
-    seed: Annotated[int, typer.Option(help="Seed of the replicate.")] = 0,
-    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
-    out: Annotated[Path | None, typer.Option(help="Write the trace JSON here instead of printing it.")] = None,
-) -> None:
-    """One evaluated item's orchestration trace (spec, agents' prompts and outputs, tokens, events)."""
-    import json
-
-    from lemon.bench.store import ResultsStore, default_store_path
-
-    console, _ = _consoles()
-    path = store or default_store_path()
-    if not path.exists():
-        raise LemonError(f"no results store at {path}; run `lemon eval` first or pass --store")
-    with ResultsStore(path) as db:
-        trace = db.trace(run_id, item_id, seed)
-    if trace is None:
-        raise LemonError(f"no trace of {item_id} seed {seed} in run {run_id} of {path}; check the ids with "
-                         "`lemon report` (runs made before traces moved into the store have none)")
-    text = json.dumps(trace, ensure_ascii=False, indent=1)
-    if out is None:
-        console.print_json(text)
-    else:
-        out.write_text(text + "\n", encoding="utf-8")
-        console.print(f"wrote {out}", markup=False, highlight=False)
-
-
 def register(app: typer.Typer) -> None:
-    """Add `eval`, `report` and `trace` to the main CLI app (idempotent)."""
+    """Add `eval` and `report` to the main CLI app (idempotent; `trace` lives in view_cmds)."""
     names = {c.name for c in app.registered_commands}
     if "eval" not in names:
         app.command("eval")(eval_cmd)
     if "report" not in names:
         app.command("report")(report_cmd)
-    if "trace" not in names:
-        app.command("trace")(trace_cmd)

@@ -178,7 +178,9 @@ async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrato
         _show_spec(console, proposal.spec, f"spec ({proposal.source}, {proposal.tokens} orchestrator tokens)")
         for w in proposal.warnings:
             console.print(f"[yellow]warning:[/] {escape(w)}", markup=True, highlight=False)
-        info = {"source": proposal.source, "tokens": proposal.tokens, "warnings": list(proposal.warnings)}
+        info = {"source": proposal.source, "tokens": proposal.tokens, "warnings": list(proposal.warnings),
+                "raw": proposal.raw, "prompt_tokens": proposal.prompt_tokens,
+                "completion_tokens": proposal.completion_tokens}
         await _execute(console, pool, roles, proposal.spec, task, opts, orchestrator_info=info,
                        vote_key=vote_key_for(proposal.extra.get("kind") or task_kind(task)))
     finally:

@@ -70,6 +70,7 @@ class TemplateOrchestrator:
     """Implements `Orchestrator` with the teams of `prompts/teams.yaml` (no model call)."""
 
     level = None  # writes no spec with a model: nothing to load before proposing
+    writes_with_model = False
 
     def __init__(self, roles: RoleLibrary, levels: Sequence[str]) -> None:
         self.roles = roles

@@ -197,7 +197,7 @@ class _Run:
     llm_hits: int = 0
 
     def __post_init__(self) -> None:
-        self.trace = Trace(task_id=self.task_id)
+        self.trace = Trace(task_id=self.task_id, task=self.task)
 
     def _emit(self, type_: str, agent: str, **extra: Any) -> dict[str, Any]:
         ev = self.trace.event(type_, agent, **extra)
@@ -212,7 +212,8 @@ class _Run:
         needed = required_agents(spec)
         t = self.trace
         t.system = {"pool": ex.pool.name, "levels": list(ex.pool.level_names), "seed": self.seed,
-                    "temperature": ex.params.temperature, "max_tokens": ex.params.max_tokens}
+                    "temperature": ex.params.temperature, "max_tokens": ex.params.max_tokens,
+                    "models": {lv.name: lv.backend.model_id for lv in ex.pool.levels}}
         t.topology = {"agents": [a.model_dump(mode="json") for a in spec.agents], "output": output,
                       "edges": [[p, a.name] for a in spec.agents for p in a.depends_on]}
         decision = self._emit("orchestrator_decision", "orchestrator", **(self.orchestrator or {})) \
@@ -238,7 +239,8 @@ class _Run:
         t.costs = {"tokens": sum(by_level.values()), "spent_tokens": self.spent_tokens, "wall_clock_s": wall,
                    "messages": messages, "calls": self.calls, "charged_tokens": self.ledgers[0].used}
         t.metrics = {"status": status, "node_cache_hits": self.hits, "llm_cache_hits": self.llm_hits,
-                     "tokens_by_level": by_level, "skipped_agents": list(skipped)}
+                     "tokens_by_level": by_level, "skipped_agents": list(skipped),
+                     "tokens_by_agent": self.tokens}
         t.contents = dict(self.outputs)
         return RunResult(answer=answer, status=status, stop_reason=reason, tokens_by_agent=self.tokens,
                          tokens_by_level=by_level, wall_s=wall, trace=t, outputs=dict(self.outputs),
@@ -287,7 +289,8 @@ class _Run:
         self.outputs[agent.name] = out.text
         self.tokens[agent.name] = {"prompt": out.prompt_tokens, "completion": out.completion_tokens,
                                    "capacity": agent.capacity, "cached": hit, "model": out.model}
-        ret = self._emit("return", agent.name, tokens=out.tokens, cached=hit, content_ref=f"contents/{agent.name}")
+        ret = self._emit("return", agent.name, tokens=out.tokens, cached=hit, content_ref=f"contents/{agent.name}",
+                         prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens, model=out.model)
         self.returns[agent.name] = ret
         self.trace.edge(spawn, ret, "return")
         for ledger in self.ledgers:  # only a backend that ignores max_tokens (or the prompt bound) gets here
@@ -316,6 +319,7 @@ class _Run:
         request, held = await self._reserve(agent, ex.request(agent, self.task, parents, self.spec, self.seed))
         key = request_key(backend.model_id, request)
         sent = False
+        self.trace.prompts[agent.name] = [{"role": m.role, "content": m.content} for m in request.messages]
 
         async def compute() -> NodeOutput:
             nonlocal sent

@@ -41,6 +41,11 @@ class NodeCache:
     def __contains__(self, key: str) -> bool:
         return key in self._done
 
+    def prime(self, key: str, output: NodeOutput) -> None:
+        """Record an output computed earlier (e.g. read from a stored trace), so re-runs that reach the same
+        request reuse it instead of calling a model: `lemon explain` replays a finished run this way."""
+        self._done[key] = output
+
     async def get_or_compute(self, key: str, compute: Callable[[], Awaitable[NodeOutput]]) -> tuple[NodeOutput, bool]:
         """(output, hit): the stored output, a computation already in flight, or a new one."""
         if (done := self._done.get(key)) is not None:

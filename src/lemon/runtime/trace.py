@@ -33,6 +33,11 @@ class Trace:
     topology: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     contents: dict[str, str] = field(default_factory=dict)
+    # What a person needs to read a run without the benchmark files: the task text and each agent's messages
+    # ({agent: [{"role", "content"}, ...]}, exactly what its model was sent). Traces stored before these
+    # fields existed load with them empty (`from_json`).
+    task: str | None = None
+    prompts: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     _t0: float = field(default_factory=time.perf_counter, repr=False)
 
     def event(self, type_: str, agent: str, **extra: Any) -> dict[str, Any]:
@@ -54,7 +59,15 @@ class Trace:
     def to_json(self) -> dict[str, Any]:
         return {"trace_id": self.trace_id, "task_id": self.task_id, "system": self.system,
                 "topology": self.topology, "events": self.events, "edges": self.edges, "rewards": self.rewards,
-                "costs": self.costs, "metrics": self.metrics, "contents": self.contents}
+                "costs": self.costs, "metrics": self.metrics, "contents": self.contents, "task": self.task,
+                "prompts": self.prompts}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Trace:
+        """A trace from its JSON form; fields absent from traces of older versions get their defaults."""
+        known = ("task_id", "trace_id", "events", "edges", "rewards", "costs", "system", "topology", "metrics",
+                 "contents", "task", "prompts")
+        return cls(**{k: data[k] for k in known if data.get(k) is not None})
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the trace as JSON atomically (a crash never leaves half a file)."""

@@ -1,0 +1,59 @@
+"""Regenerate docs/view-*.png: the viewer's pages for a demo store (scripted pools), shot in headless Chromium.
+
+    PYTHONPATH=src:. python experiments/view_screenshots.py [DATA_DIR]
+
+Uses the same fixtures as tests/view (a `chain` run right on every item, a `cot` run wrong on half of them, a
+`prompted` run whose spec has a dead agent, an attribution, and a small training run directory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+from lemon.bench.explain import explain_stored, plan_stored
+from lemon.bench.store import ResultsStore
+from lemon.bench.view.build import store_page
+from tests.view.browser import chromium
+from tests.view.conftest import add_prompted_run, build_store, write_training_run
+
+
+def main(data_dir: Path, docs: Path) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="lemon-view-"))
+    stored = build_store(tmp / "results.sqlite", data_dir)
+    dead_run = add_prompted_run(stored.store, data_dir)
+    with ResultsStore(stored.store) as db:
+        run = db.run(stored.good)
+        assert run is not None
+        row = next(r for r in db.items(stored.good) if r.item_id == stored.items[0])
+        trace = db.trace(stored.good, row.item_id)
+        assert trace is not None
+        asyncio.run(explain_stored(db, plan_stored(run, row, trace, stored.good_pool(), data_dir=data_dir)))
+        dead_item = db.items(dead_run)[0].item_id
+        page = tmp / "view.html"
+        page.write_text(store_page(db, train_dirs=[write_training_run(tmp / "train-run", steps=20)]))
+    shots = {
+        "view-item.png": (f"#item/{dead_run}/{quote(dead_item, safe='')}/0", "final"),
+        "view-attribution.png": (f"#item/{stored.good}/{quote(stored.items[0], safe='')}/0", "checker"),
+        "view-run.png": (f"#run/{stored.bad}?f=all&q=&p=0", None),
+        "view-diff.png": (f"#diff/{stored.good}/{stored.bad}", None),
+        "view-train.png": ("#train/0", None),
+    }
+    with chromium(1400, 900) as d:
+        for name, (hash_, click) in shots.items():
+            d.get(f"file://{page}{hash_}")
+            time.sleep(0.3)
+            if click:
+                d.execute_script(f'document.querySelector(\'.node[data-agent="{click}"]\')'
+                                 '.dispatchEvent(new MouseEvent("click", {bubbles: true}))')
+                time.sleep(0.2)
+            d.save_screenshot(str(docs / name))
+            print("wrote", docs / name)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("../shared/data"), Path("docs"))

@@ -1,0 +1,130 @@
+"""One stored (run, item, seed) as a person reads it: the row, the trace, and one record per agent.
+
+`lemon trace`, `lemon view` and the exports all read items through here, so they agree on what an agent's
+tokens, model, latency or cache hit are, and so traces written before a field existed (no task text, no
+prompts, no prompt/completion split on the return event) still load: missing fields come back as None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lemon.bench.store import ItemRow, ResultsStore, RunInfo
+from lemon.errors import LemonError
+
+
+@dataclass(frozen=True)
+class AgentRecord:
+    """Everything the trace says about one agent of the spec (live or not)."""
+
+    name: str
+    role: str
+    duty: str
+    capacity: str
+    depends_on: tuple[str, ...]
+    live: bool                                  # it reaches the output agent, so it ran (or would have)
+    ran: bool                                   # a `return` event exists
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    tokens: int | None = None
+    cached: bool | None = None
+    start_s: float | None = None                # seconds since the run started (spawn event)
+    end_s: float | None = None                  # (return event)
+    prompt: tuple[dict[str, str], ...] | None = None
+    output: str | None = None
+    note: str | None = None                     # e.g. why it did not run
+
+    @property
+    def latency_s(self) -> float | None:
+        return None if self.start_s is None or self.end_s is None else round(self.end_s - self.start_s, 6)
+
+    def to_json(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["depends_on"] = list(self.depends_on)
+        d["prompt"] = list(self.prompt) if self.prompt is not None else None
+        d["latency_s"] = self.latency_s
+        return d
+
+
+def _by_agent(events: list[dict[str, Any]], type_: str) -> dict[str, dict[str, Any]]:
+    return {str(e.get("agent")): e for e in events if e.get("type") == type_}
+
+
+def agent_records(trace: dict[str, Any]) -> list[AgentRecord]:
+    """The agents of the trace's spec in spec order, with what each did (None where the trace is silent)."""
+    topo = trace.get("topology") or {}
+    events = trace.get("events") or []
+    spawns, returns, despawns = (_by_agent(events, t) for t in ("spawn", "return", "despawn"))
+    skipped = set((trace.get("metrics") or {}).get("skipped_agents") or ()) | set(despawns)
+    by_agent_tokens = (trace.get("metrics") or {}).get("tokens_by_agent") or {}
+    models = (trace.get("system") or {}).get("models") or {}
+    prompts = trace.get("prompts") or {}
+    contents = trace.get("contents") or {}
+    out: list[AgentRecord] = []
+    for a in topo.get("agents") or []:
+        name = str(a["name"])
+        ret, spawn, tok = returns.get(name), spawns.get(name), by_agent_tokens.get(name) or {}
+        model = (ret or {}).get("model") or tok.get("model") or models.get(a.get("capacity"))
+        note = (despawns.get(name) or {}).get("reason") if name in skipped else None
+        if note is None and ret is None and name not in skipped:
+            note = "did not run (the run stopped first)"
+        prompt = prompts.get(name)
+        out.append(AgentRecord(
+            name=name, role=str(a.get("role", "")), duty=str(a.get("duty") or ""),
+            capacity=str(a.get("capacity", "")), depends_on=tuple(a.get("depends_on") or ()),
+            live=name not in skipped, ran=ret is not None, model=model,
+            prompt_tokens=_int((ret or {}).get("prompt_tokens", tok.get("prompt"))),
+            completion_tokens=_int((ret or {}).get("completion_tokens", tok.get("completion"))),
+            tokens=_int((ret or {}).get("tokens")),
+            cached=(ret or {}).get("cached"), start_s=(spawn or {}).get("t"), end_s=(ret or {}).get("t"),
+            prompt=tuple(prompt) if prompt is not None else None, output=contents.get(name), note=note))
+    return out
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def stop_event(trace: dict[str, Any]) -> dict[str, Any]:
+    """The run's `stop` event (reason and detail), or an empty dict for a trace without one."""
+    stops = [e for e in trace.get("events") or [] if e.get("type") == "stop"]
+    return stops[-1] if stops else {}
+
+
+def orchestrator_event(trace: dict[str, Any]) -> dict[str, Any] | None:
+    """How the spec was written (source, raw output, repairs/warnings), if an orchestrator wrote it."""
+    for e in trace.get("events") or []:
+        if e.get("type") == "orchestrator_decision":
+            return e
+    return None
+
+
+def resolve_item(db: ResultsStore, run: RunInfo, item_id: str, seed: int) -> ItemRow:
+    """The stored row of (item, seed); a bare id such as `12` also matches `multiarith/12`."""
+    rows = db.items(run.run_id)
+    ids = {r.item_id for r in rows}
+    candidates = [item_id, f"{run.benchmark}/{item_id}"]
+    chosen = next((c for c in candidates if c in ids), None)
+    if chosen is None:
+        sample = ", ".join(sorted(ids)[:5]) or "none"
+        raise LemonError(f"run {run.run_id} has no item {item_id!r} (e.g. {sample}); list them with "
+                         f"`lemon trace {run.run_id}`")
+    for r in rows:
+        if r.item_id == chosen and r.seed == seed:
+            return r
+    seeds = sorted(r.seed for r in rows if r.item_id == chosen)
+    raise LemonError(f"item {chosen} of run {run.run_id} has no seed {seed}; stored seeds: {seeds}")
+
+
+def item_payload(run: RunInfo, row: ItemRow, trace: dict[str, Any] | None) -> dict[str, Any]:
+    """The machine-readable form of one item (what `lemon trace --json` prints)."""
+    return {"run": {"run_id": run.run_id, "benchmark": run.benchmark, "split": run.split, "method": run.method,
+                    "pool": run.pool, "level": run.level},
+            "item": {"item_id": row.item_id, "seed": row.seed, "prediction": row.prediction, "gold": row.gold,
+                     "correct": row.correct, "status": row.status, "stop_reason": row.stop_reason,
+                     "total_tokens": row.total_tokens, "orchestrator_tokens": row.orchestrator_tokens,
+                     "latency_s": row.latency_s},
+            "agents": [a.to_json() for a in agent_records(trace)] if trace else [],
+            "trace": trace}

@@ -1,0 +1,407 @@
+"""`lemon trace`, `lemon explain`, `lemon view`, `lemon export`: read, explain and export stored runs.
+
+Option parsing and printing only; the work is in `lemon.bench.itemview`, `explain`, `view` and the exporters.
+Everything a run's stored text puts on the terminal goes through rich `Text` (never markup), so an agent that
+writes `[bold]` or `[/]` cannot break or restyle the output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from lemon.errors import LemonError
+
+_STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
+
+
+def _consoles() -> tuple[Console, Console]:
+    from lemon.cli.main import console, err_console
+
+    return console, err_console
+
+
+def _store_path(store: Path | None) -> Path:
+    from lemon.bench.store import default_store_path
+
+    return store or default_store_path()
+
+
+# ---- lemon trace ----------------------------------------------------------------------------------------
+
+
+def trace_cmd(
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
+    item_id: Annotated[str | None, typer.Argument(help="Item id, e.g. multiarith/12 (or 12); omit to list the "
+                                                        "run's items.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the replicate.")] = 0,
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (the row, the agents, the raw trace).")] = False,
+    out: Annotated[Path | None, typer.Option(help="Write the JSON here instead of printing.")] = None,
+) -> None:
+    """One evaluated item: the task, gold, prediction, each agent's prompt, output, model and tokens, the stop
+    event; without ITEM_ID, the run's items."""
+    from lemon.bench.itemview import item_payload, resolve_item
+    from lemon.bench.store import open_existing_store
+
+    console, _ = _consoles()
+    with open_existing_store(_store_path(store)) as db:
+        run = db.resolve_run(run_id)
+        if item_id is None:
+            rows = db.items(run.run_id)
+            if as_json or out is not None:
+                _emit_json(console, [item_payload(run, r, None)["item"] for r in rows], out)
+            else:
+                console.print(_items_table(run, rows))
+            return
+        row = resolve_item(db, run, item_id, seed)
+        trace = db.trace(run.run_id, row.item_id, row.seed)
+    payload = item_payload(run, row, trace)
+    if as_json or out is not None:
+        _emit_json(console, payload, out)
+        return
+    if trace is None:
+        raise LemonError(f"item {row.item_id} seed {row.seed} of run {run.run_id} has no stored trace (runs made "
+                         "before traces moved into the store have none); re-run it with `lemon eval`")
+    console.print(render_item(payload))
+
+
+def _emit_json(console: Console, data: Any, out: Path | None) -> None:
+    text = json.dumps(data, ensure_ascii=False, indent=1, default=str)
+    if out is None:
+        console.file.write(text + "\n")
+        return
+    from lemon.bench.view import write_atomic
+
+    write_atomic(out, text + "\n")
+    console.print(f"wrote {out}", highlight=False)
+
+
+def _items_table(run: Any, rows: list[Any]) -> Table:
+    table = Table(title=f"run {run.run_id}: {run.benchmark}/{run.split}, {run.method}, pool {run.pool}, "
+                        f"level {run.level} ({len(rows)} rows)", title_justify="left")
+    for col in ("item", "seed", "right", "prediction", "gold", "tokens", "status"):
+        table.add_column(col, justify="right" if col in ("seed", "tokens") else "left", overflow="fold")
+    for r in rows:
+        table.add_row(Text(r.item_id), str(r.seed), Text("yes", "green") if r.correct else Text("no", "red"),
+                      Text(_clip(r.prediction, 30)), Text(_clip(r.gold, 30)), str(r.total_tokens), Text(r.status))
+    return table
+
+
+def _clip(text: str | None, n: int) -> str:
+    if text is None:
+        return "-"
+    one = " ".join(str(text).split())
+    return one if len(one) <= n else one[: n - 1] + "…"
+
+
+def render_item(payload: dict[str, Any]) -> Group:
+    """The readable form of one item: header, task, orchestrator, one panel per agent, the stop event."""
+    from lemon.bench.itemview import orchestrator_event, stop_event
+
+    run, item, trace = payload["run"], payload["item"], payload["trace"]
+    verdict = Text("RIGHT", "bold green") if item["correct"] else Text("WRONG", "bold red")
+    head = Text.assemble(
+        (f"run {run['run_id']}", "bold"), f"  {run['benchmark']}/{run['split']}  method {run['method']}  "
+        f"pool {run['pool']}  level {run['level']}\n",
+        (f"item {item['item_id']}", "bold"), f"  seed {item['seed']}  ", verdict,
+        f"  prediction {item['prediction']!s}  gold {_clip(item['gold'], 200)}\n",
+        f"status {item['status']} ({item['stop_reason'] or '-'})  worker tokens {item['total_tokens']}  "
+        f"orchestrator tokens {item['orchestrator_tokens']}  latency {item['latency_s']:.2f}s")
+    parts: list[Any] = [head]
+    task = trace.get("task")
+    parts.append(Panel(Text(task) if task else Text("(not recorded: a trace from an older LEMON)", "dim"),
+                       title="task", title_align="left"))
+    orch = orchestrator_event(trace)
+    if orch is not None:
+        lines = Text(f"source {orch.get('source')}  tokens {orch.get('tokens', '-')}\n")
+        for w in orch.get("warnings") or []:
+            lines.append(f"repair: {w}\n", "yellow")
+        lines.append(str(orch.get("raw") if orch.get("raw") is not None else "(raw output not recorded)"))
+        parts.append(Panel(lines, title="orchestrator", title_align="left"))
+    for a in payload["agents"]:
+        parts.append(_agent_panel(a))
+    stop = stop_event(trace)
+    parts.append(Text.assemble(("stop: ", "bold"), f"{stop.get('reason', '-')} by {stop.get('agent', '-')}: "
+                                                   f"{stop.get('detail', '')}"))
+    return Group(*parts)
+
+
+def _agent_panel(a: dict[str, Any]) -> Panel:
+    body = Text()
+    tok = (f"{a['prompt_tokens']} prompt + {a['completion_tokens']} completion tokens"
+           if a["prompt_tokens"] is not None else "tokens not recorded")
+    lat = f"{a['latency_s']:.2f}s" if a["latency_s"] is not None else "-"
+    body.append(f"model {a['model'] or '-'}  {tok}  cache hit {a['cached']}  latency {lat}\n")
+    if a["depends_on"]:
+        body.append(f"reads: {', '.join(a['depends_on'])}\n")
+    if a["duty"]:
+        body.append(f"duty: {a['duty']}\n")
+    if a["note"]:
+        body.append(f"{a['note']}\n", "yellow")
+    if a["prompt"] is None and a["ran"]:
+        body.append("prompt: not recorded (a trace from an older LEMON)\n", "dim")
+    for m in a["prompt"] or []:
+        body.append(f"[{m['role']}]\n", "bold cyan")
+        body.append(m["content"].rstrip() + "\n")
+    if a["output"] is not None:
+        body.append("[output]\n", "bold green")
+        body.append(a["output"].rstrip())
+    title = f"{a['name']} ({a['role']}, {a['capacity']})" + ("" if a["live"] else " DEAD: does not reach the output")
+    return Panel(body, title=Text(title), title_align="left", border_style="blue" if a["live"] else "dim")
+
+
+# ---- lemon explain --------------------------------------------------------------------------------------
+
+
+def explain_cmd(
+    target: Annotated[str, typer.Argument(help="A run id (or unique prefix) of the store, or a spec file.")],
+    item: Annotated[str, typer.Argument(help="The item id of the run (e.g. multiarith/12), or the task text.")],
+    seed: Annotated[int, typer.Option(help="Seed of the replicate (or of the spec's run).")] = 0,
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    max_edits: Annotated[int | None, typer.Option(help="Run at most this many edits.")] = None,
+    budget_tokens: Annotated[int | None, typer.Option(help="Skip edits once their estimated worker tokens "
+                                                           "would pass this.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
+    pool: Annotated[str, typer.Option("--pool", help="Pool for a spec file (a run uses its own).")] = "cpu",
+    gold: Annotated[str | None, typer.Option(help="Gold number for a spec file's task (scores the edits).")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Max new tokens per agent call (spec file).")] = 384,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the attribution as JSON.")] = False,
+) -> None:
+    """Counterfactual attribution: re-run every applicable single-field edit (edge deleted, duty reverted, capacity
+    lowered) and show how each changes correctness and tokens. Stored with the run."""
+    console, err = _consoles()
+
+    def on_plan(att: Any) -> None:
+        n, tokens, calls = att.estimate()
+        cut = len(att.edits) - n
+        err.print(f"explain: {n} edit(s) to run, about {tokens:,} worker tokens in {calls} model call(s)"
+                  + (f"; {cut} not run (invalid or over a bound)" if cut else ""), highlight=False)
+
+    def on_edit(e: Any) -> None:
+        err.print(Text(f"  {e.edit}: calls {e.calls}, cache hits {e.cache_hits}, right {e.correct}"))
+
+    if Path(target).is_file():
+        att = _explain_spec_file(Path(target), item, pool, seed, gold, max_tokens, max_edits, budget_tokens,
+                                 no_cache, on_plan, on_edit)
+    else:
+        att = _explain_stored(target, item, seed, store, data_dir, max_edits, budget_tokens, no_cache, on_plan,
+                              on_edit)
+    if as_json:
+        console.file.write(json.dumps(att.to_json(), ensure_ascii=False, indent=1, default=str) + "\n")
+    else:
+        console.print(attribution_table(att))
+
+
+def _explain_spec_file(spec_path: Path, task: str, pool: str, seed: int, gold: str | None, max_tokens: int,
+                       max_edits: int | None, budget_tokens: int | None, no_cache: bool, on_plan: Any,
+                       on_edit: Any) -> Any:
+    import asyncio
+
+    from lemon.bench.explain import explain_spec
+    from lemon.cli.session import _read_spec_file
+    from lemon.llm.base import GenParams
+    from lemon.llm.pools import load_pool, pool_level_names
+    from lemon.spec.roles import RoleLibrary
+    from lemon.spec.validate import load_spec
+
+    spec = load_spec(_read_spec_file(spec_path), RoleLibrary.load(), pool_level_names(pool))
+    the_pool = load_pool(pool, cache=not no_cache)
+    params = GenParams(**{**{f: getattr(the_pool.defaults, f) for f in the_pool.defaults.__dataclass_fields__},
+                          "max_tokens": max_tokens})
+
+    async def go() -> Any:
+        try:
+            return await explain_spec(spec, task, the_pool, seed=seed, params=params, gold=gold, max_edits=max_edits,
+                                      budget_tokens=budget_tokens, on_plan=on_plan, on_edit=on_edit)
+        finally:
+            await the_pool.aclose()
+
+    return asyncio.run(go())
+
+
+def _explain_stored(target: str, item: str, seed: int, store: Path | None, data_dir: Path | None,
+                    max_edits: int | None, budget_tokens: int | None, no_cache: bool, on_plan: Any,
+                    on_edit: Any) -> Any:
+    import asyncio
+
+    from lemon.bench.explain import explain_stored, plan_stored
+    from lemon.bench.itemview import resolve_item
+    from lemon.bench.store import open_existing_store
+    from lemon.llm.pools import load_pool
+
+    with open_existing_store(_store_path(store)) as db:
+        run = db.resolve_run(target)
+        row = resolve_item(db, run, item, seed)
+        trace = db.trace(run.run_id, row.item_id, row.seed)
+        if trace is None:
+            raise LemonError(f"item {row.item_id} of run {run.run_id} has no stored trace; re-run it with lemon eval")
+        pool = load_pool(run.pool, cache=not no_cache)
+
+        async def go() -> Any:
+            try:
+                plan = plan_stored(run, row, trace, pool, data_dir=data_dir, max_edits=max_edits,
+                                   budget_tokens=budget_tokens)
+                on_plan(plan.attribution)
+                return await explain_stored(db, plan, on_edit=on_edit)
+            finally:
+                await pool.aclose()
+
+        return asyncio.run(go())
+
+
+def attribution_table(att: Any) -> Table:
+    """One row per field: the edit, the edited run's answer/correctness and tokens, Delta, calls, cache hits."""
+    o = att.original
+    title = (f"attribution of {att.item_id} (seed {att.seed}"
+             + (f", run {att.run_id}" if att.run_id else "") + f"): original right={o.get('correct')}, "
+             f"prediction {o.get('prediction')!s:.40}, {o.get('tokens')} worker tokens; "
+             f"{att.calls} model calls, {att.spent_tokens:,} tokens spent")
+    table = Table(title=Text(title), title_justify="left")
+    for col in ("field", "edit", "status", "prediction", "right", "Δ", "tokens", "Δ tokens", "calls",
+                "cache hits", "note"):
+        table.add_column(col, justify="right" if col in ("Δ", "tokens", "Δ tokens", "calls", "cache hits")
+                         else "left", overflow="fold")
+    for e in att.edits:
+        delta = "-" if e.delta is None else f"{e.delta:+.0f}"
+        style = "green" if (e.delta or 0) > 0 else "red" if (e.delta or 0) < 0 else ""
+        table.add_row(Text(e.field_label), Text(e.edit), Text(e.status), Text(_clip(e.prediction, 24)),
+                      Text("-" if e.correct is None else str(e.correct)), Text(delta, style),
+                      _num(e.tokens), _num(e.delta_tokens, signed=True), _num(e.calls), _num(e.cache_hits),
+                      Text(_clip(e.note, 60) if e.note else ""))
+    return table
+
+
+def _num(v: int | None, signed: bool = False) -> str:
+    return "-" if v is None else (f"{v:+,}" if signed else f"{v:,}")
+
+
+# ---- lemon view -----------------------------------------------------------------------------------------
+
+
+def view_cmd(
+    target: Annotated[str | None, typer.Argument(
+        help="A results store file, a run id (or prefix) of --store, or a `lemon train` run directory; "
+             "default: the default store.")] = None,
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    item: Annotated[str | None, typer.Option(help="Open the page on this item of the run.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of --item.")] = 0,
+    train: Annotated[list[Path] | None, typer.Option(help="Also show this `lemon train` run directory.")] = None,
+    max_traces: Annotated[int, typer.Option(help="Traces embedded per run (the rest are listed, not shown).")] = 300,
+    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("lemon-view.html"),
+) -> None:
+    """Write a self-contained HTML page (works offline) showing runs, items, DAGs, diffs, attributions, training."""
+    from lemon.bench.itemview import resolve_item
+    from lemon.bench.store import open_existing_store
+    from lemon.bench.view import write_atomic
+    from lemon.bench.view.build import store_page, training_page
+
+    console, _ = _consoles()
+    if max_traces < 0:
+        raise LemonError("--max-traces must be 0 or more")
+    train_dirs = [Path(d) for d in train or ()]
+    path = Path(target) if target is not None else None
+    if path is not None and path.is_dir():
+        html = training_page([path, *train_dirs])
+    else:
+        is_store = path is not None and path.is_file()
+        with open_existing_store(path if is_store and path is not None else _store_path(store)) as db:
+            run_ids, focus = None, None
+            if target is not None and not is_store:
+                run = db.resolve_run(target)
+                run_ids = [run.run_id]
+                if item is not None:
+                    row = resolve_item(db, run, item, seed)
+                    focus = (run.run_id, row.item_id, row.seed)
+            elif item is not None:
+                raise LemonError("--item needs a run: lemon view RUN --item ITEM")
+            html = store_page(db, run_ids=run_ids, focus=focus, max_traces=max_traces, train_dirs=train_dirs)
+    write_atomic(out, html)
+    console.print(f"wrote {out} ({len(html) / 1e6:.1f} MB); open file://{out.resolve()}", highlight=False)
+
+
+# ---- lemon export ---------------------------------------------------------------------------------------
+
+export_app = typer.Typer(help="Export stored runs: OpenTelemetry (OTLP/HTTP), an Inspect eval log, or a CSV table.",
+                         no_args_is_help=True)
+
+
+@export_app.command("otel")
+def export_otel_cmd(
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
+    endpoint: Annotated[str, typer.Option(help="OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318/v1/traces "
+                                               "(nothing is sent anywhere else).")],
+    item: Annotated[list[str] | None, typer.Option(help="Only these item ids (repeatable).")] = None,
+    include_content: Annotated[bool, typer.Option("--include-content",
+                                                  help="Add prompts and outputs as gen_ai.*.messages.")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds per request to the endpoint.")] = 10.0,
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+) -> None:
+    """One OTel trace per item: a root span, an invoke_agent span per agent, chat spans with GenAI attributes."""
+    try:
+        from lemon.bench.export_otel import export_otel
+    except ImportError as exc:
+        raise LemonError(f"exporting to OpenTelemetry needs the [export] extra ({exc.name} is missing): "
+                         "pip install -e '.[export]'") from None
+    from lemon.bench.store import open_existing_store
+
+    console, _ = _consoles()
+    with open_existing_store(_store_path(store)) as db:
+        run = db.resolve_run(run_id)
+        n = export_otel(db, run, endpoint, item_ids=item or None, include_content=include_content, timeout=timeout)
+    console.print(f"sent {n} spans of run {run.run_id} to {endpoint}", highlight=False)
+
+
+@export_app.command("inspect")
+def export_inspect_cmd(
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
+    out: Annotated[Path, typer.Option(help="The Inspect log file to write (.eval or .json).")],
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+) -> None:
+    """An evaluation run as an Inspect eval log (open it with `inspect view`)."""
+    from lemon.bench.export_inspect import write_inspect_log
+    from lemon.bench.store import open_existing_store
+
+    console, _ = _consoles()
+    with open_existing_store(_store_path(store)) as db:
+        run = db.resolve_run(run_id)
+        n = write_inspect_log(db, run, out)
+    console.print(f"wrote {out} ({n} samples of run {run.run_id})", highlight=False)
+
+
+@export_app.command("csv")
+def export_csv_cmd(
+    out: Annotated[Path, typer.Option(help="The CSV file to write.")],
+    run_ids: Annotated[list[str] | None, typer.Argument(help="Run ids or prefixes (default: every run).")] = None,
+    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+) -> None:
+    """One row per (run, item, seed): correctness, prediction, gold, tokens, status, latency."""
+    from lemon.bench.export_table import write_results_csv
+    from lemon.bench.store import open_existing_store
+
+    console, _ = _consoles()
+    with open_existing_store(_store_path(store)) as db:
+        runs = [db.resolve_run(r) for r in run_ids] if run_ids else db.runs()
+        n = write_results_csv(db, runs, out)
+    console.print(f"wrote {out} ({n} rows of {len(runs)} run(s))", highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add `trace` (and, as they land, `explain`, `view`, `export`) to the main CLI app (idempotent)."""
+    names = {c.name for c in app.registered_commands}
+    if "trace" not in names:
+        app.command("trace")(trace_cmd)
+    if "explain" not in names:
+        app.command("explain")(explain_cmd)
+    if "view" not in names:
+        app.command("view")(view_cmd)
+    if "export" not in {g.name for g in app.registered_groups}:
+        app.add_typer(export_app, name="export")

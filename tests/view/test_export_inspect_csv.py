@@ -1,0 +1,66 @@
+"""Inspect eval logs (read back with inspect_ai's own reader) and the flat CSV table match the store."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+from inspect_ai.log import read_eval_log
+
+from lemon.bench.store import ResultsStore
+
+from .conftest import Stored, assert_one_line_error, lemon
+
+
+@pytest.mark.parametrize("suffix", [".eval", ".json"])
+def test_inspect_log_reads_back_with_the_store_scores(stored: Stored, tmp_path: Path, _isolated_home: Path,
+                                                     suffix: str) -> None:
+    out = tmp_path / f"run{suffix}"
+    proc = lemon("export", "inspect", stored.bad[:7], "--out", str(out), "--store", str(stored.store),
+                 home=_isolated_home)
+    assert proc.returncode == 0, proc.stderr
+    log = read_eval_log(str(out))
+    with ResultsStore(stored.store) as db:
+        rows = {(r.item_id, r.seed): r for r in db.items(stored.bad)}
+    assert log.status == "success" and log.samples is not None and len(log.samples) == len(rows)
+    for s in log.samples:
+        row = rows[(str(s.id), s.epoch - 1)]
+        assert s.scores is not None and s.scores["correct"].value == (1.0 if row.correct else 0.0)
+        assert s.scores["correct"].answer == row.prediction and s.target == row.gold
+        assert sum(u.total_tokens for u in s.model_usage.values()) == row.total_tokens
+        assert set(s.model_usage) == {"lemon/small"} and stored.questions[row.item_id] in str(s.input)
+    assert log.results is not None
+    accuracy = log.results.scores[0].metrics["accuracy"].value
+    assert accuracy == pytest.approx(sum(r.correct for r in rows.values()) / len(rows)) == 0.5
+
+
+def test_csv_has_one_row_per_item_and_seed(stored: Stored, tmp_path: Path, _isolated_home: Path) -> None:
+    out = tmp_path / "results.csv"
+    proc = lemon("export", "csv", "--out", str(out), "--store", str(stored.store), home=_isolated_home)
+    assert proc.returncode == 0, proc.stderr
+    with out.open(newline="") as fh:
+        table = list(csv.DictReader(fh))
+    with ResultsStore(stored.store) as db:
+        expected = {(r.run_id, i.item_id, i.seed): i for r in db.runs() for i in db.items(r.run_id)}
+    assert len(table) == len(expected) == 2 * len(stored.items)
+    for t in table:
+        row = expected[(t["run_id"], t["item_id"], int(t["seed"]))]
+        assert int(t["correct"]) == int(row.correct) and int(t["total_tokens"]) == row.total_tokens
+        assert int(t["prompt_tokens"]) + int(t["completion_tokens"]) == row.total_tokens
+    only = lemon("export", "csv", stored.good, "--out", str(tmp_path / "one.csv"), "--store", str(stored.store),
+                 home=_isolated_home)
+    assert only.returncode == 0 and (tmp_path / "one.csv").read_text().count("\n") == 1 + len(stored.items)
+
+
+def test_export_bad_input_writes_nothing(stored: Stored, tmp_path: Path, _isolated_home: Path) -> None:
+    outs = tmp_path / "out"
+    outs.mkdir()
+    out = outs / "x.eval"
+    assert_one_line_error(lemon("export", "inspect", "nope", "--out", str(out), "--store", str(stored.store),
+                                home=_isolated_home), "no run 'nope'")
+    assert_one_line_error(lemon("export", "inspect", stored.good, "--out", str(outs / "x.txt"), "--store",
+                                str(stored.store), home=_isolated_home), "ends in .eval or .json")
+    assert_one_line_error(lemon("export", "csv", "nope", "--out", str(outs / "x.csv"), "--store",
+                                str(stored.store), home=_isolated_home), "no run 'nope'")
+    assert list(outs.iterdir()) == []
