@@ -48,7 +48,7 @@ def _run_async(coro):  # type: ignore[no-untyped-def]
 
 
 MaxTokensOpt = Annotated[int, typer.Option(help="Max new tokens per agent call.")]
-BudgetOpt = Annotated[int | None, typer.Option(help="Cap on total worker tokens for the run.")]
+BudgetOpt = Annotated[int | None, typer.Option(help="Cap on the run's tokens: orchestrator and workers.")]
 TimeoutOpt = Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")]
 SeedOpt = Annotated[int, typer.Option(help="Seed for sampled calls.")]
 TraceDirOpt = Annotated[Path | None, typer.Option(help="Where to save the trace JSON.")]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +164,26 @@ def vote_key_for(kind: object) -> Any:
     return {"number": extract_number, "choice": extract_choice}.get(str(kind))
 
 
+async def propose_within_budget(orch: Any, task: str, opts: RunOptions) -> tuple[Any, RunOptions]:
+    """The proposal, with `--budget-tokens` covering the orchestrator too: its worst case (prompt bound plus
+    generation limit) must fit before it is asked, and the workers get what it left."""
+    budget = opts.budget_tokens
+    if budget is None:
+        return await orch.propose(task, seed=opts.seed), opts
+    from lemon.bench.evaluate import orchestrator_token_bound
+
+    bound = orchestrator_token_bound(orch, task)
+    if bound > budget:
+        raise LemonError(f"--budget-tokens {budget} cannot cover the orchestrator's worst case of {bound} tokens "
+                         "(its prompt and generation limit); raise --budget-tokens or use --orchestrator template")
+    proposal = await orch.propose(task, seed=opts.seed)
+    left = budget - int(proposal.tokens)
+    if left < 1:
+        raise LemonError(f"the orchestrator spent {proposal.tokens} of --budget-tokens {budget}; nothing is left "
+                         "for the workers: raise --budget-tokens")
+    return proposal, replace(opts, budget_tokens=left)
+
+
 async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrator: str = "template",
                    level: str | None = None) -> None:
     roles = RoleLibrary.load()
@@ -174,7 +194,7 @@ async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrato
             with console.status("loading and verifying the orchestrator model..."):
                 await pool.prepare((orch.level,))
         with console.status("orchestrator is writing the spec..."):
-            proposal = await orch.propose(task, seed=opts.seed)
+            proposal, opts = await propose_within_budget(orch, task, opts)
         _show_spec(console, proposal.spec, f"spec ({proposal.source}, {proposal.tokens} orchestrator tokens)")
         for w in proposal.warnings:
             console.print(f"[yellow]warning:[/] {escape(w)}", markup=True, highlight=False)
