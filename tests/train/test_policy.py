@@ -83,3 +83,19 @@ def test_unknown_local_path_is_a_model_file_error(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     with pytest.raises(ModelFileError):
         pol.load_policy(str(tmp_path / "nope"))
+
+
+def test_qwen_policy_converts_from_its_pinned_gguf_and_takes_lora() -> None:
+    """Issue 10: a Qwen2.5-0.5B + LoRA policy beside SmolLM2, from the GGUF the cpu pool already installs."""
+    torch = pytest.importorskip("torch")
+    from lemon.train.config import LoraSettings
+    from lemon.train.generation import chat_prompt_ids, generate
+
+    model, tok = pol.load_policy("qwen2.5-coder-0.5b", lora=LoraSettings())
+    assert pol.default_policy_dir("qwen2.5-coder-0.5b").name == "qwen2.5-coder-0.5b-instruct-hf"
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    prompt = chat_prompt_ids(tok, [{"role": "user", "content": "Say OK."}])
+    (comp,) = generate(model, tok, [prompt], max_new_tokens=4, temperature=0.0)
+    assert comp.ids and isinstance(comp.text, str)
+    assert model.config.model_type == "qwen2" and next(model.parameters()).dtype == torch.float32

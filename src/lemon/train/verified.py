@@ -1,0 +1,86 @@
+"""Execution-verified SFT targets: the best of several candidate teams per task, kept only if it was right.
+
+Why: the first SFT data were the teacher's teams, never executed: 104 of 160 had an agent that never ran,
+and the policy learned one 2-agent team that scored below a single CoT agent. A policy can only imitate its
+targets, so here every training task gets candidates — the teacher's proposal (if it wrote one), the default
+orchestration's team and the fixed baselines at every level — and each runs through the trainer's own
+rollout scoring (`rollout.score_group`: strict parse, one node cache per task, `worker_samples` worker seeds
+sampled as in evaluation, the training reward). The target is the highest-reward candidate that was right
+under EVERY worker seed (ties go to the cheaper team, which the reward already prefers); a task where no
+candidate was always right gives no example. Baselines among the candidates keep the data diverse and make
+"at least as good as the best fixed team" the floor of what the policy imitates.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from lemon.runtime import Executor
+from lemon.spec.model import Spec
+from lemon.spec.render import render_spec
+from lemon.spec.roles import RoleLibrary
+from lemon.spec.validate import validate_spec
+from lemon.train.config import RewardConfig
+from lemon.train.rollout import RolloutSettings, score_group
+from lemon.train.tasks import TrainTask
+
+Progress = Callable[[str, int, int], None]
+BASELINES: tuple[str, ...] = ("vanilla", "cot", "sc-cot", "chain")
+
+
+def candidate_specs(kind: str, roles: RoleLibrary, levels: Sequence[str]) -> list[tuple[str, Spec]]:
+    """(label, spec) of the fixed candidates: the default team, and each baseline at every level."""
+    from lemon.bench.baselines import baseline_spec
+    from lemon.orchestrator.template import team_spec
+
+    out = [("template", team_spec(kind, roles, levels))]  # type: ignore[arg-type]
+    for method in BASELINES:
+        for level in levels:
+            n = 3 if method == "sc-cot" else None
+            spec = baseline_spec(method, kind, level=level, seed=0, n=n)
+            out.append((f"{method}@{level}", validate_spec(spec, roles, levels)))
+    return out
+
+
+async def best_candidate(executor: Executor, task: TrainTask, candidates: Sequence[tuple[str, Spec]], *,
+                         reward: RewardConfig, worker_samples: int, seed: int) -> tuple[str, Spec] | None:
+    """The highest-reward candidate that was right under every worker seed, or None."""
+    texts = [render_spec(spec).text for _, spec in candidates]
+    state = await score_group(executor, task, texts, roles=executor.roles,
+                              settings=RolloutSettings(reward=reward, cf_enabled=False,
+                                                       worker_samples=worker_samples), seed=seed)
+    right = [(s.total_reward, -k, k) for k, s in enumerate(state.result.samples) if s.valid and s.success == 1.0]
+    if not right:
+        return None
+    k = max(right)[2]
+    return candidates[k]
+
+
+async def verified_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward: RewardConfig,
+                           teacher: Any | None = None, worker_samples: int = 2, seed: int = 0,
+                           progress: Progress | None = None) -> tuple[list[tuple[TrainTask, str, Spec]],
+                                                                        dict[str, int]]:
+    """(task, winning label, spec) per task that had an always-right candidate, and how often each won."""
+    from lemon.seeds import stable_seed
+    from lemon.train.sft import live_spec
+
+    levels = executor.pool.level_names
+    fixed: dict[str, list[tuple[str, Spec]]] = {}
+    won: Counter[str] = Counter()
+    out = []
+    for i, task in enumerate(tasks):
+        candidates = list(fixed.setdefault(task.kind, candidate_specs(task.kind, executor.roles, levels)))
+        if teacher is not None:
+            proposal = await teacher.propose(task.prompt)
+            if proposal.source != "fallback":
+                candidates.insert(0, ("teacher", live_spec(proposal.spec)))
+        best = await best_candidate(executor, task, candidates, reward=reward, worker_samples=worker_samples,
+                                    seed=stable_seed(seed, "verified", task.id))
+        won[best[0] if best else "none right"] += 1
+        if best is not None:
+            out.append((task, best[0], best[1]))
+        if progress is not None:
+            progress("verify", i + 1, len(tasks))
+    return out, dict(won)
