@@ -125,6 +125,8 @@ def train_cmd(
     lr: Annotated[float | None, typer.Option(help="Override optim.lr.")] = None,
     worker_samples: Annotated[int | None, typer.Option(help="Override workers.samples (worker seeds per spec; "
                                                             "the success term is their mean).")] = None,
+    uncertain: Annotated[int | None, typer.Option(help="Keep only tasks one CoT agent at the strongest level "
+                                                       "solves under some but not all of N worker seeds.")] = None,
     lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
     data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of sampling, task order and counterfactual choices.")] = 0,
@@ -149,7 +151,8 @@ def train_cmd(
         ablation=Ablation(fixed_roles=fixed_roles, fixed_capacity=fixed_capacity,
                           fixed_structure=fixed_structure),  # type: ignore[arg-type]
         lora=lora, cache=not no_cache, threads=threads, group_size=group_size, max_new_tokens=max_new_tokens,
-        kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step, worker_samples=worker_samples)
+        kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step, worker_samples=worker_samples,
+        uncertain_samples=uncertain)
     with _progress(err_console) as bar:
         task = bar.add_task("train", total=steps, info="")
 

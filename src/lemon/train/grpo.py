@@ -93,6 +93,8 @@ class TrainSettings:
     lr: float | None = None
     tasks_per_step: int | None = None
     worker_samples: int | None = None
+    # Keep only tasks one CoT agent solves under some but not all of this many worker seeds (curriculum.py).
+    uncertain_samples: int | None = None
 
 
 def effective_config(s: TrainSettings) -> TrainConfig:
@@ -480,15 +482,24 @@ async def _open_trainer(s: TrainSettings, tasks: Sequence[TrainTask], split: str
 
     cfg = effective_config(s)
     _check_ablation(s)
+    roles = RoleLibrary.load()
+    executor = worker_executor(load_pool(s.pool, cache=s.cache), roles, cfg)
+    info = _run_info(s, cfg, split, tasks)
+    if s.uncertain_samples:
+        from lemon.train.curriculum import uncertain_tasks
+
+        tasks, measured = await uncertain_tasks(tasks, executor, samples=s.uncertain_samples, seed=s.seed)
+        info["uncertainty"] = asdict(measured)
+        info["data"]["item_ids"] = [t.id for t in tasks]
+        if not tasks:
+            raise LemonError(f"no training task is uncertain for one agent at {measured.level} over "
+                             f"{measured.samples} worker seeds; use more tasks or another pool")
     run = RunDir(s.run_dir)
-    checkpoint = run.open(_run_info(s, cfg, split, tasks), [t.id for t in tasks], resume=s.resume)
+    checkpoint = run.open(info, [t.id for t in tasks], resume=s.resume)
     policy, reference = _load_policy(s, cfg, checkpoint)
     optimizer = torch.optim.AdamW(_trainable(policy.model), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     sampler = AdaptiveFamilySampler.from_config(cfg.sampler, seed=stable_seed(s.seed, "sampler"))
-    roles = RoleLibrary.load()
-    pool = load_pool(s.pool, cache=s.cache)
-    trainer = Trainer(s, cfg, policy, worker_executor(pool, roles, cfg), roles, tasks, optimizer, sampler,
-                      run=run, reference=reference)
+    trainer = Trainer(s, cfg, policy, executor, roles, tasks, optimizer, sampler, run=run, reference=reference)
     start = 1 if checkpoint is None else trainer.restore(checkpoint)
     if checkpoint is not None:
         log.info("resuming %s from step %d", s.run_dir, start - 1)
