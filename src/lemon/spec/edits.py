@@ -26,7 +26,10 @@ from lemon.spec.model import Agent, Spec
 from lemon.spec.render import FieldRef, Span, render_spec
 
 Family = Literal["edge", "role", "capacity", "level"]
-FAMILIES: tuple[Family, ...] = ("edge", "role", "capacity", "level")
+#: The method's three deterministic operators: one edit per field (what `lemon explain` enumerates).
+FAMILIES: tuple[Family, ...] = ("edge", "role", "capacity")
+#: Every family a trainer may draw from, `level` (a target drawn by the caller) included.
+ALL_FAMILIES: tuple[Family, ...] = (*FAMILIES, "level")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,7 @@ def applicable_edits(spec: Spec, family: Family, levels: Sequence[str]) -> list[
         return [FieldRef("capacity", a.name) for a in spec.agents if a.capacity in levels and a.capacity != low]
     if family == "level":
         return [FieldRef("capacity", a.name) for a in spec.agents if a.capacity in levels and len(levels) > 1]
-    raise SpecError(f"unknown edit family {family!r}; expected one of {', '.join(FAMILIES)}")
+    raise SpecError(f"unknown edit family {family!r}; expected one of {', '.join(ALL_FAMILIES)}")
 
 
 def apply_edit(spec: Spec, ref: FieldRef, levels: Sequence[str]) -> Edit:
