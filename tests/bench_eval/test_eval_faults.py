@@ -26,12 +26,11 @@ from lemon.bench.methods import resolve_method
 from lemon.bench.store import ResultsStore
 from lemon.llm.base import GenParams
 from lemon.llm.openai_compat import OpenAIBackend
-from lemon.llm.pool import Level, Pool
+from lemon.llm.pool import Pool
 from tests.evalcall import evaluate_kw
 from tests.llm.servers import WRONG_SHAPES, Fault, completion, fault_server, huge_completion
+from tests.pools import LEVELS, scripted_pool
 from tests.runtime.test_budget import BillingBackend
-
-LEVELS = ("small", "medium", "large")
 
 
 def _items(data_dir: Path, n: int) -> list:  # type: ignore[type-arg]
@@ -61,7 +60,7 @@ def _router(data_dir: Path, n: int, faults: dict[int, Callable[[int], Fault]]) -
 
 def _endpoint_pool(base: str) -> Pool:
     backend = OpenAIBackend(base, "m", max_retries=1, backoff_s=0.01, timeout_s=0.5)
-    return Pool("fault", tuple(Level(n, backend, 8) for n in LEVELS), GenParams(max_tokens=32))
+    return scripted_pool(backend, concurrency=8, name="fault", defaults=GenParams(max_tokens=32))
 
 
 def _faults(items: list) -> dict[int, Callable[[int], Fault]]:  # type: ignore[type-arg]
@@ -197,7 +196,8 @@ def test_a_negative_max_tokens_in_a_pool_file_is_a_usage_error(tmp_path: Path, m
 
 
 def _billing_pool(backend: BillingBackend) -> Pool:
-    return Pool("billing", tuple(Level(n, backend, 8) for n in LEVELS), GenParams(max_tokens=48))  # type: ignore[arg-type]
+    return scripted_pool(backend, concurrency=8, name="billing",  # type: ignore[arg-type]
+                         defaults=GenParams(max_tokens=48))
 
 
 async def test_the_whole_run_cap_holds_and_a_larger_one_resumes_the_same_run(tmp_path: Path,

@@ -15,7 +15,7 @@ from lemon.errors import BackendError, LemonError
 from lemon.llm.base import ChatRequest
 from tests.evalcall import evaluate_kw
 
-from .conftest import CountingBackend, Crash, crashing_after, oracle_responder, scripted_pool
+from .conftest import CountingBackend, Crash, crashing_after, eval_pool, oracle_responder
 
 
 def _items(data_dir: Path, n: int) -> list:  # type: ignore[type-arg]
@@ -31,7 +31,7 @@ async def test_rows_traces_accuracy_and_concurrency_bound(tmp_path: Path, data_d
     store = tmp_path / "r.sqlite"
     summary = await evaluate_kw("multiarith", "vanilla", limit=6, seeds=2, concurrency=3, store=store,
                                 data_dir=data_dir, pool="scripted-oracle", level="small",
-                                pool_factory=lambda: scripted_pool(backend))
+                                pool_factory=lambda: eval_pool(backend))
     assert summary.computed == 12 and summary.skipped == 0 and summary.split == default_split("multiarith")
     assert summary.stats.accuracy_mean == 1.0 and summary.stats.accuracy_std == 0.0
     assert backend.max_in_flight == 3  # the semaphore is the bound, and it is used
@@ -51,7 +51,7 @@ async def test_rows_traces_accuracy_and_concurrency_bound(tmp_path: Path, data_d
     # same command again: nothing recomputed
     again = await evaluate_kw("multiarith", "vanilla", limit=6, seeds=2, concurrency=3, store=store,
                               data_dir=data_dir, pool="scripted-oracle", level="small",
-                              pool_factory=lambda: scripted_pool(backend))
+                              pool_factory=lambda: eval_pool(backend))
     assert (again.run_id, again.computed, again.skipped) == (summary.run_id, 0, 12)
 
 
@@ -60,12 +60,12 @@ async def test_crash_then_resume_counts_every_item_once(tmp_path: Path, data_dir
     common = dict(limit=5, seeds=2, store=store, data_dir=data_dir, pool="scripted", level="small", concurrency=1)
     with pytest.raises(Crash):
         await evaluate_kw("multiarith", "vanilla", **common,  # type: ignore[arg-type]
-                          pool_factory=lambda: scripted_pool(crashing_after(4)))
+                          pool_factory=lambda: eval_pool(crashing_after(4)))
     with ResultsStore(store) as db:
         (run,) = db.runs()
         assert db.count(run.run_id) == 4
     summary = await evaluate_kw("multiarith", "vanilla", **common,  # type: ignore[arg-type]
-                                pool_factory=lambda: scripted_pool(crashing_after(10_000)))
+                                pool_factory=lambda: eval_pool(crashing_after(10_000)))
     assert summary.run_id == run.run_id and summary.skipped == 4 and summary.computed == 6
     with ResultsStore(store) as db:
         keys = [(r.item_id, r.seed) for r in db.items(run.run_id)]
@@ -75,7 +75,7 @@ async def test_crash_then_resume_counts_every_item_once(tmp_path: Path, data_dir
 async def test_shards_fill_one_run_exactly_once(tmp_path: Path, data_dir: Path) -> None:
     backend = CountingBackend("b", responder=lambda r: "The answer is 3.")
     kw = dict(limit=5, seeds=2, store=tmp_path / "r.sqlite", data_dir=data_dir, pool="p", level="small",
-              pool_factory=lambda: scripted_pool(backend))
+              pool_factory=lambda: eval_pool(backend))
     first = await evaluate_kw("multiarith", "cot", shard=(0, 3), **kw)  # type: ignore[arg-type]
     second = await evaluate_kw("multiarith", "cot", shard=(1, 3), **kw)  # type: ignore[arg-type]
     assert first.run_id == second.run_id and (first.computed, second.computed) == (4, 3)
@@ -89,7 +89,7 @@ async def test_shards_fill_one_run_exactly_once(tmp_path: Path, data_dir: Path) 
 async def test_more_seeds_extend_the_same_run(tmp_path: Path, data_dir: Path) -> None:
     backend = CountingBackend("b", responder=lambda r: "The answer is 3.")
     kw = dict(limit=3, store=tmp_path / "r.sqlite", data_dir=data_dir, pool="p", level="small",
-              pool_factory=lambda: scripted_pool(backend))
+              pool_factory=lambda: eval_pool(backend))
     one = await evaluate_kw("multiarith", "cot", seeds=1, **kw)  # type: ignore[arg-type]
     three = await evaluate_kw("multiarith", "cot", seeds=3, **kw)  # type: ignore[arg-type]
     assert one.run_id == three.run_id and three.skipped == 3 and three.computed == 6
@@ -100,19 +100,19 @@ async def test_seeds_are_sampled_replicates_and_temperature_zero_is_greedy(tmp_p
                                                                          data_dir: Path) -> None:
     sampled = CountingBackend("b", responder=lambda r: "The answer is 3.")
     await evaluate_kw("multiarith", "vanilla", limit=1, seeds=2, store=tmp_path / "a.sqlite", data_dir=data_dir,
-                      pool="p", level="small", pool_factory=lambda: scripted_pool(sampled))
+                      pool="p", level="small", pool_factory=lambda: eval_pool(sampled))
     params = [c.params for c in sampled.calls]
     assert all(p.temperature == 0.7 for p in params)
     assert len({p.seed for p in params}) == 2 and None not in {p.seed for p in params}
     # different items of one seed must not share a sampling stream (that couples the items' outcomes)
     many = CountingBackend("b", responder=lambda r: "The answer is 3.")
     await evaluate_kw("multiarith", "vanilla", limit=5, seeds=1, store=tmp_path / "c.sqlite", data_dir=data_dir,
-                      pool="p", level="small", pool_factory=lambda: scripted_pool(many))
+                      pool="p", level="small", pool_factory=lambda: eval_pool(many))
     assert len({c.params.seed for c in many.calls}) == 5
     greedy = CountingBackend("b", responder=lambda r: "The answer is 3.")
     await evaluate_kw("multiarith", "vanilla", limit=1, seeds=1, temperature=0.0, store=tmp_path / "b.sqlite",
                       data_dir=data_dir, pool="p", level="small",
-                      pool_factory=lambda: scripted_pool(greedy))
+                      pool_factory=lambda: eval_pool(greedy))
     assert [c.params.temperature for c in greedy.calls] == [0.0]
 
 
@@ -120,7 +120,7 @@ async def test_sc_cot_runs_five_samples_and_a_vote(tmp_path: Path, data_dir: Pat
     backend = CountingBackend("oracle", responder=oracle_responder(_answers(data_dir, 2)))
     summary = await evaluate_kw("multiarith", "sc-cot", limit=2, store=tmp_path / "r.sqlite", data_dir=data_dir,
                                 pool="p", level="small",
-                                pool_factory=lambda: scripted_pool(backend))
+                                pool_factory=lambda: eval_pool(backend))
     assert len(backend.calls) == 10  # 5 samples per item; the vote makes no model call
     assert summary.stats.accuracy_mean == 1.0
     # the five samples of one item differ in their sampling seed (else the vote is over copies)
@@ -140,10 +140,10 @@ async def test_bad_names_list_the_valid_ones(tmp_path: Path, data_dir: Path) -> 
         await evaluate_kw("gsm8k", "vanilla", split="nope", **kw)  # type: ignore[arg-type]
     with pytest.raises(LemonError, match="does not exist"):
         await evaluate_kw("gsm8k", "trained:/nonexistent", limit=1, pool="p",  # type: ignore[arg-type]
-                          level="small", pool_factory=lambda: scripted_pool(CountingBackend("b")), **kw)
+                          level="small", pool_factory=lambda: eval_pool(CountingBackend("b")), **kw)
     with pytest.raises(LemonError, match="level"):
         await evaluate_kw("gsm8k", "vanilla", limit=1, pool="p", level="huge",  # type: ignore[arg-type]
-                          pool_factory=lambda: scripted_pool(CountingBackend("b")), **kw)
+                          pool_factory=lambda: eval_pool(CountingBackend("b")), **kw)
 
 
 async def test_broken_backend_fails_fast(tmp_path: Path, data_dir: Path) -> None:
@@ -153,7 +153,7 @@ async def test_broken_backend_fails_fast(tmp_path: Path, data_dir: Path) -> None
     with pytest.raises(LemonError, match="re-run the same command"):
         await evaluate_kw("multiarith", "vanilla", limit=12, store=tmp_path / "r.sqlite", data_dir=data_dir,
                           pool="p", level="small",
-                          pool_factory=lambda: scripted_pool(CountingBackend("b", responder=refuse)))
+                          pool_factory=lambda: eval_pool(CountingBackend("b", responder=refuse)))
 
 
 def test_a_trained_policy_is_identified_by_its_weights_not_its_path(tmp_path: Path) -> None:

@@ -13,8 +13,7 @@ from lemon.bench import baselines
 from lemon.bench.methods import BASELINES, Baseline, MethodEnv, Trained, method_help, method_names, resolve_method
 from lemon.errors import LemonError
 from lemon.spec.roles import RoleLibrary
-
-from .conftest import LEVELS, scripted_pool
+from tests.pools import LEVELS, scripted_pool
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "lemon"
 

@@ -12,11 +12,10 @@ from lemon.bench.item import EvalSettings
 from lemon.bench.methods import resolve_method
 from lemon.bench.store import ResultsStore
 from lemon.llm.base import GenParams
-from lemon.llm.pool import Level, Pool
+from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
 from tests.evalcall import evaluate_kw
-
-from .conftest import LEVELS
+from tests.pools import scripted_pool
 
 # (settings keywords, split, limit) -> the run id the code of 6f6adde computed for them.
 PINNED = [
@@ -55,8 +54,7 @@ def _reply(request: object) -> str:
 
 
 def _pool() -> Pool:
-    backend = ScriptedBackend("s", responder=_reply)
-    return Pool("scripted", tuple(Level(n, backend, 8) for n in LEVELS), GenParams(max_tokens=64))
+    return scripted_pool(ScriptedBackend("s", responder=_reply), concurrency=8, defaults=GenParams(max_tokens=64))
 
 
 # method -> (run id, predictions of items 1..3 x seeds 0..1 in (item, seed) order), from the code of 6f6adde.

@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from lemon.bench.item import item_seed
 from lemon.llm.base import GenParams
-from lemon.llm.pool import Level, Pool
+from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime.executor import derive_seed
 from lemon.seeds import stable_seed
+from tests.pools import scripted_pool
 
 
 def _old_derive_seed(seed: int, agent: str) -> int:  # runtime/executor.py before the change
@@ -44,7 +45,7 @@ def test_known_values_are_pinned() -> None:
 
 
 def _pool(defaults: GenParams) -> Pool:
-    return Pool("p", (Level("small", ScriptedBackend("s")),), defaults)
+    return scripted_pool(ScriptedBackend("s"), defaults=defaults)
 
 
 def test_pool_params_overrides_and_none_keeps_the_default() -> None:
