@@ -17,7 +17,7 @@ from lemon.bench.evaluate import default_split
 from lemon.llm.base import ChatRequest
 from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
-from tests.bench_eval.conftest import eval_pool
+from tests.bench.conftest import eval_pool
 from tests.evalcall import evaluate_kw
 
 N_ITEMS = 6

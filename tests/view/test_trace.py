@@ -15,7 +15,7 @@ from lemon.errors import LemonError
 from lemon.llm.base import ChatRequest
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime.trace import Trace
-from tests.bench_eval.conftest import eval_pool
+from tests.bench.conftest import eval_pool
 from tests.evalcall import evaluate_kw
 
 from .conftest import Stored, assert_one_line_error, json_out, lemon
