@@ -126,12 +126,15 @@ def write_pool(path: Path, base_url: str, concurrency: int) -> Path:
 
 
 async def timed_eval(pool: Path, store: Path, *, items: int, concurrency: int, data_dir: str | None) -> float:
-    from lemon.bench.evaluate import evaluate
+    from lemon.bench.evaluate import EvalPlan, Execution, evaluate
+    from lemon.bench.item import EvalSettings
+    from lemon.bench.methods import resolve_method
 
+    settings = EvalSettings("multiarith", resolve_method("vanilla"), level="medium", pool=str(pool),
+                            temperature=0.0, cache=False)
     start = time.perf_counter()
-    summary = await evaluate("multiarith", "vanilla", limit=items, seeds=1, pool=str(pool), level="medium",
-                             concurrency=concurrency, store=store, data_dir=data_dir, temperature=0.0,
-                             cache=False, progress=False)
+    summary = await evaluate(settings, EvalPlan(limit=items, seeds=1, data_dir=data_dir), store=store,
+                             execution=Execution(concurrency=concurrency))
     wall = time.perf_counter() - start
     assert summary.computed == items, summary
     log.info("concurrency %d: %d items in %.2fs (%.1f items/s), accuracy %.2f", concurrency, items, wall,

@@ -6,14 +6,13 @@ import json
 
 import pytest
 
-from lemon.llm.base import GenParams
-from lemon.llm.pool import Level, Pool
+from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
 from lemon.orchestrator.prompted import PromptedOrchestrator
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
+from tests.pools import LEVELS, scripted_pool
 
-LEVELS = ("small", "medium", "large")
 TASKS = [
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
     "How many clips did Natalia sell altogether in April and May?",
@@ -26,7 +25,7 @@ TASKS = [
 
 
 def _pool(backend: ScriptedBackend) -> Pool:
-    return Pool("scripted", tuple(Level(n, backend, 4) for n in LEVELS), GenParams())
+    return scripted_pool(backend, concurrency=4)
 
 
 async def test_prompted_orchestrator_uses_strongest_level_with_schema() -> None:

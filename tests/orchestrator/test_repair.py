@@ -8,8 +8,7 @@ import pytest
 
 from lemon.orchestrator.repair import extract_object_text, fallback_spec, spec_from_output
 from lemon.spec.roles import RoleLibrary
-
-LEVELS = ("small", "medium", "large")
+from tests.pools import LEVELS
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from lemon.errors import BackendError, LemonError
 from lemon.llm.base import ChatRequest, Completion, GenParams, Message
-from lemon.llm.pool import Level, Pool
+from lemon.llm.pool import Pool
 from lemon.runtime import Budget, Executor, NodeCache
 from lemon.runtime.budget import BudgetExhausted, TokenLedger, prompt_token_bound
 from lemon.spec.model import Agent, Spec
 from lemon.spec.roles import RoleLibrary
+from tests.pools import scripted_pool
 
 ROLES = RoleLibrary.load()
-LEVELS = ("small", "medium", "large")
 
 
 class BillingBackend:
@@ -68,7 +68,7 @@ class BillingBackend:
 
 
 def pool(backend: BillingBackend, concurrency: int = 16) -> Pool:
-    return Pool("billing", tuple(Level(n, backend, concurrency) for n in LEVELS), GenParams())  # type: ignore[arg-type]
+    return scripted_pool(backend, concurrency=concurrency, name="billing")  # type: ignore[arg-type]
 
 
 def fan_out(width: int) -> Spec:

@@ -17,13 +17,13 @@ from lemon.runtime import Budget, Executor, NodeCache
 from lemon.spec.edits import FAMILIES, applicable_edits, apply_edit
 from lemon.spec.model import Agent, Spec
 from lemon.spec.roles import RoleLibrary
+from tests.pools import LEVELS, scripted_pool
 
-LEVELS = ("small", "medium", "large")
 ROLES = RoleLibrary.load()
 
 
 def pool(backend: ScriptedBackend, concurrency: int = 16) -> Pool:
-    return Pool("scripted", tuple(Level(n, backend, concurrency) for n in LEVELS), GenParams())
+    return scripted_pool(backend, concurrency=concurrency)
 
 
 def three_models() -> Pool:

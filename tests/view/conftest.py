@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from lemon.bench.datasets import load_split
-from lemon.bench.evaluate import default_split, evaluate
+from lemon.bench.evaluate import default_split
 from lemon.llm.base import ChatRequest
 from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
-from tests.bench_eval.conftest import scripted_pool
+from tests.bench.conftest import eval_pool
+from tests.evalcall import evaluate_kw
 
 N_ITEMS = 6
 
@@ -33,7 +34,7 @@ class Stored:
 
     def good_pool(self) -> Pool:
         """The scripted pool the `good` run was made with (explain needs the run's own models)."""
-        return scripted_pool(ScriptedBackend("scripted-good", responder=_responder(self.answers, set())))
+        return eval_pool(ScriptedBackend("scripted-good", responder=_responder(self.answers, set())))
 
 
 def _responder(answers: dict[str, str], wrong_on: set[str]):  # type: ignore[no-untyped-def]
@@ -54,12 +55,12 @@ def build_store(store: Path, data_dir: Path) -> Stored:
     items = list(load_split("multiarith", default_split("multiarith"), data_dir=data_dir))[:N_ITEMS]
     answers = {i.question: str(i.answer) for i in items}
     wrong = {i.question for k, i in enumerate(items) if k % 2 == 1}
-    common = dict(limit=N_ITEMS, seeds=1, store=store, data_dir=data_dir, level="small", progress=False)
-    good = asyncio.run(evaluate("multiarith", "chain", pool="scripted", **common,  # type: ignore[arg-type]
-                                pool_factory=lambda: scripted_pool(ScriptedBackend(
+    common = dict(limit=N_ITEMS, seeds=1, store=store, data_dir=data_dir, level="small")
+    good = asyncio.run(evaluate_kw("multiarith", "chain", pool="scripted", **common,  # type: ignore[arg-type]
+                                   pool_factory=lambda: eval_pool(ScriptedBackend(
                                     "scripted-good", responder=_responder(answers, set())))))
-    bad = asyncio.run(evaluate("multiarith", "cot", pool="scripted", **common,  # type: ignore[arg-type]
-                               pool_factory=lambda: scripted_pool(ScriptedBackend(
+    bad = asyncio.run(evaluate_kw("multiarith", "cot", pool="scripted", **common,  # type: ignore[arg-type]
+                                  pool_factory=lambda: eval_pool(ScriptedBackend(
                                    "scripted-bad", responder=_responder(answers, wrong)))))
     return Stored(store, good.run_id, bad.run_id, tuple(str(i.id) for i in items),
                   {str(i.id): i.question for i in items}, answers)
@@ -105,9 +106,9 @@ def add_prompted_run(store: Path, data_dir: Path, limit: int = 2) -> str:
     def reply(request: ChatRequest) -> str:
         return DEAD_SPEC if request.json_schema is not None else plain(request)
 
-    summary = asyncio.run(evaluate("multiarith", "prompted", limit=limit, store=store, data_dir=data_dir,
-                                   pool="scripted", level="small", progress=False,
-                                   pool_factory=lambda: scripted_pool(ScriptedBackend("scripted-orch",
+    summary = asyncio.run(evaluate_kw("multiarith", "prompted", limit=limit, store=store, data_dir=data_dir,
+                                      pool="scripted", level="small",
+                                      pool_factory=lambda: eval_pool(ScriptedBackend("scripted-orch",
                                                                                       responder=reply))))
     return summary.run_id
 

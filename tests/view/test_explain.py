@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from lemon.bench.datasets import load_split
-from lemon.bench.evaluate import default_split, evaluate
+from lemon.bench.evaluate import default_split
 from lemon.bench.explain import explain_stored, plan_stored
 from lemon.bench.store import ResultsStore
 from lemon.errors import LemonError
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.pool import Level, Pool
 from lemon.llm.scripted import ScriptedBackend
+from tests.evalcall import evaluate_kw
 
 from .conftest import assert_one_line_error, lemon
 
@@ -48,8 +49,8 @@ def _stored_chain(tmp_path: Path, data_dir: Path, level: str = "large") -> tuple
     items = list(load_split("multiarith", default_split("multiarith"), data_dir=data_dir))[:2]
     answers = {i.question: str(i.answer) for i in items}
     store = tmp_path / "r.sqlite"
-    summary = asyncio.run(evaluate("multiarith", "chain", limit=2, store=store, data_dir=data_dir, pool="scripted",
-                                   level=level, progress=False, pool_factory=lambda: _pool(answers)))
+    summary = asyncio.run(evaluate_kw("multiarith", "chain", limit=2, store=store, data_dir=data_dir, pool="scripted",
+                                      level=level, pool_factory=lambda: _pool(answers)))
     return store, summary.run_id, str(items[0].id), answers
 
 

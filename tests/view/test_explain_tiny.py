@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.evaluate import evaluate
 from lemon.bench.store import ResultsStore
 from lemon.llm.models import ensure_model
+from tests.evalcall import evaluate_kw
 
 from .conftest import lemon
 
@@ -44,8 +44,8 @@ def test_explain_reports_every_edit_and_its_calls(pool_kind: str, tmp_path: Path
                               "  - {name: small, backend: embedded, model: smollm2-135m}\n"
                               f"  - {{name: medium, backend: embedded, model: {gguf}}}\n")
     store = tmp_path / "r.sqlite"
-    summary = asyncio.run(evaluate("multiarith", "chain", limit=1, store=store, data_dir=data_dir, pool=pool,
-                                   level="medium", cache=False, max_tokens=24, progress=False))
+    summary = asyncio.run(evaluate_kw("multiarith", "chain", limit=1, store=store, data_dir=data_dir, pool=pool,
+                                      level="medium", cache=False, max_tokens=24))
     with ResultsStore(store) as db:
         (row,) = db.items(summary.run_id)
     assert row.status == "ok" and len(row.tokens) == 3

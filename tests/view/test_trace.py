@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.evaluate import evaluate
 from lemon.bench.itemview import agent_records
 from lemon.bench.store import ResultsStore, open_existing_store
 from lemon.errors import LemonError
 from lemon.llm.base import ChatRequest
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime.trace import Trace
-from tests.bench_eval.conftest import scripted_pool
+from tests.bench.conftest import eval_pool
+from tests.evalcall import evaluate_kw
 
 from .conftest import Stored, assert_one_line_error, json_out, lemon
 
@@ -52,9 +52,9 @@ def test_orchestrator_raw_output_and_repairs_are_in_the_trace(tmp_path: Path, da
         return raw if request.json_schema is not None else "The answer is 3."
 
     backend = ScriptedBackend("scripted-orch", responder=reply)
-    summary = asyncio.run(evaluate("multiarith", "prompted", limit=1, store=tmp_path / "r.sqlite", data_dir=data_dir,
-                                   pool="scripted", level="small", progress=False,
-                                   pool_factory=lambda: scripted_pool(backend)))
+    summary = asyncio.run(evaluate_kw("multiarith", "prompted", limit=1, store=tmp_path / "r.sqlite", data_dir=data_dir,
+                                      pool="scripted", level="small",
+                                      pool_factory=lambda: eval_pool(backend)))
     with ResultsStore(tmp_path / "r.sqlite") as db:
         (row,) = db.items(summary.run_id)
         trace = db.trace(summary.run_id, row.item_id)

@@ -270,13 +270,9 @@ async def run_plan(executor: Executor, spec: Spec, task: str, seed: int, attribu
 def executor_for_run(run: RunInfo, pool: Pool, roles: RoleLibrary) -> Executor:
     """An executor with the run's own worker settings (temperature, max tokens, budget, timeout)."""
     cfg = run.config
-    base = {f: getattr(pool.defaults, f) for f in pool.defaults.__dataclass_fields__}
-    if cfg.get("temperature") is not None:
-        base["temperature"] = cfg["temperature"]
-    if cfg.get("max_tokens") is not None:
-        base["max_tokens"] = cfg["max_tokens"]
+    params = pool.params(temperature=cfg.get("temperature"), max_tokens=cfg.get("max_tokens"))
     return Executor(pool, roles, budget=Budget(max_tokens=cfg.get("budget_tokens"),
-                                               call_timeout_s=cfg.get("call_timeout_s")), params=GenParams(**base))
+                                               call_timeout_s=cfg.get("call_timeout_s")), params=params)
 
 
 def spec_of_trace(trace: dict[str, Any], roles: RoleLibrary, levels: Sequence[str]) -> Spec:
@@ -315,7 +311,8 @@ class StoredPlan:
 def plan_stored(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *, data_dir: Any = None,
                 max_edits: int | None = None, budget_tokens: int | None = None) -> StoredPlan:
     """Everything needed to explain (run, item, seed): spec, task, checker, primed cache, and the edit plan."""
-    from lemon.bench.evaluate import get_task, stable_seed
+    from lemon.bench.item import item_seed
+    from lemon.bench.tasks import get_task
 
     if row.status != "ok":
         raise LemonError(f"item {row.item_id} seed {row.seed} ended with status {row.status} ({row.stop_reason}); "
@@ -326,7 +323,7 @@ def plan_stored(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *
     task = trace.get("task") or task_def.format_prompt(item)
     spec = spec_of_trace(trace, roles, pool.level_names)
     executor = executor_for_run(run, pool, roles)
-    seed = int((trace.get("system") or {}).get("seed", stable_seed(run.benchmark, item.id, row.seed)))
+    seed = int((trace.get("system") or {}).get("seed", item_seed(run.benchmark, item.id, row.seed)))
     cache = prime_cache(executor, spec, task, seed, trace)
 
     def check(answer: str) -> tuple[str | None, Any]:

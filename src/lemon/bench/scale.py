@@ -10,6 +10,8 @@ store the moment it arrives, so a killed driver loses only the calls in flight; 
 `--ray local` starts a private local Ray instance (shut down at the end); `--ray auto` connects to a running
 cluster if there is one, else starts a local one; any other value is passed to `ray.init(address=...)`
 (e.g. `ray://head:10001`). On a remote cluster, LEMON and the pool's models must be installed on every node.
+
+This module stands on `item.py` only; the local driver (`evaluate.py`) calls `run_with_ray`, never the other way.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from lemon.bench.evaluate import EvalSettings, ItemContext, PoolFactory, build_context, run_item
+from lemon.bench.datasets import Item
+from lemon.bench.item import EvalSettings, ItemContext, PoolFactory, build_context, run_item
 from lemon.bench.store import ItemRow
 from lemon.errors import ConfigError, LemonError
 
@@ -35,7 +38,7 @@ class EvalWorker:
         self._pool_factory = pool_factory
         self._ctx: ItemContext | None = None
 
-    async def run(self, item: Any, seed: int) -> ItemRow:
+    async def run(self, item: Item, seed: int) -> ItemRow:
         if self._ctx is None:  # no await between the test and the assignment: safe under concurrency
             self._ctx = build_context(self._settings, self._pool_factory)
         return await run_item(self._ctx, item, seed)
@@ -80,7 +83,7 @@ def init_ray(address: str) -> bool:
 async def run_with_ray(
     address: str,
     settings: EvalSettings,
-    jobs: Sequence[tuple[Any, int]],
+    jobs: Sequence[tuple[Item, int]],
     record: Callable[[ItemRow], None],
     *,
     concurrency: int,

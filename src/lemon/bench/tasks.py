@@ -16,6 +16,7 @@ from typing import Literal
 from lemon.bench.datasets import Item
 from lemon.bench.extract import extract_choice, extract_code, extract_number, numbers_equal
 from lemon.bench.sandbox import check_humaneval
+from lemon.errors import LemonError
 
 Kind = Literal["number", "choice", "code"]
 LETTERS = "ABCDE"
@@ -115,3 +116,11 @@ BENCHMARKS: Mapping[str, BenchmarkTask] = MappingProxyType({
     "svamp": _task("svamp", "number"),
     "humaneval": _task("humaneval", "code"),
 })
+
+
+def get_task(benchmark: str) -> BenchmarkTask:
+    """The `BenchmarkTask` of `benchmark`, or a one-line LemonError listing the valid names."""
+    try:
+        return BENCHMARKS[benchmark]
+    except KeyError:
+        raise LemonError(f"unknown benchmark {benchmark!r}; valid: {', '.join(sorted(BENCHMARKS))}") from None

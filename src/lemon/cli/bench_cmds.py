@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.markup import escape
 
+from lemon.bench.methods import method_help
 from lemon.errors import LemonError
 
-_METHOD_HELP = ("vanilla, cot, sc-cot, chain, tree, complete, random, template (the default orchestration), "
-                "prompted, or trained:PATH.")
+_METHOD_HELP = method_help()
 _STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
 _COMPARE_HELP = ("Paired exact McNemar test of two methods (or run ids), e.g. --compare cot,sc-cot; repeat it "
                  "for more pairs. `--compare vanilla,best` pairs vanilla with the most accurate other method.")
@@ -73,19 +73,20 @@ def eval_cmd(
     first 8 items all fail); 3 some items ended in error (counted in the summary; re-run with --retry-errors);
     4 --budget-tokens-total ran out before every item was computed.
     """
-    from lemon.bench.evaluate import evaluate, exit_status, summary_lines
+    from lemon.bench.evaluate import EvalPlan, Execution, evaluate, exit_status, summary_lines
+    from lemon.bench.item import EvalSettings
+    from lemon.bench.methods import resolve_method
+    from lemon.cli.progress import eval_progress_bar
 
     console, err_console = _consoles()
-    summary = asyncio.run(
-        evaluate(
-            benchmark, method, split=split, limit=limit, seeds=seeds, pool=pool, level=level,
-            concurrency=concurrency, store=store, data_dir=data_dir, temperature=temperature,
-            max_tokens=max_tokens, n_agents=agents, budget_tokens=budget_tokens, call_timeout_s=timeout,
-            budget_tokens_total=budget_tokens_total, cache=not no_cache, retry_errors=retry_errors, progress=True,
-            console=err_console,
-            ray_address=ray, shard=_parse_shard(shard),
-        )
-    )
+    settings = EvalSettings(benchmark=benchmark, method=resolve_method(method), level=level, pool=pool,
+                            temperature=temperature, max_tokens=max_tokens, n_agents=agents,
+                            budget_tokens=budget_tokens, call_timeout_s=timeout, cache=not no_cache)
+    plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir)
+    execution = Execution(concurrency=concurrency, ray_address=ray, shard=_parse_shard(shard),
+                          budget_tokens_total=budget_tokens_total, retry_errors=retry_errors)
+    with eval_progress_bar(err_console) as on_progress:
+        summary = asyncio.run(evaluate(settings, plan, store=store, execution=execution, on_progress=on_progress))
     # The lines are rich markup around user-given text (a trained:PATH method, a pool file, --store): escape it.
     shown = dataclasses.replace(summary, method=escape(summary.method), pool=escape(summary.pool),
                                 store_path=escape(str(summary.store_path)))

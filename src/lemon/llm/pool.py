@@ -6,7 +6,7 @@ weakest first, which is what the "lower one capacity" counterfactual edit steps 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lemon.llm.base import Backend, GenParams
 
@@ -30,6 +30,14 @@ class Pool:
     @property
     def level_names(self) -> tuple[str, ...]:
         return tuple(lv.name for lv in self.levels)
+
+    def params(self, **overrides: object) -> GenParams:
+        """The pool's default generation parameters with `overrides` applied; a None override keeps the default.
+
+        The one place that merges "pool defaults plus command-line overrides", so every caller (eval, explain,
+        run, training rollouts) samples workers the same way for the same options.
+        """
+        return replace(self.defaults, **{k: v for k, v in overrides.items() if v is not None})
 
     def level(self, name: str) -> Level:
         for lv in self.levels:

@@ -60,60 +60,68 @@ def repair_spec_data(
     if not isinstance(data, dict) or not isinstance(data.get("agents"), list) or not data["agents"]:
         raise SpecError("orchestrator output has no non-empty 'agents' list")
     warnings: list[str] = []
-    default_level = levels[len(levels) // 2]
     agents: list[dict[str, Any]] = []
     seen: set[str] = set()
     for i, raw_agent in enumerate(data["agents"][:MAX_AGENTS]):
         if not isinstance(raw_agent, dict):
             warnings.append(f"dropped agent {i}: not a mapping")
             continue
-        name = raw_agent.get("name")
-        if not isinstance(name, str) or not _NAME_RE.match(name):
-            new = _slug(name or f"agent_{i}", "agent")
-            warnings.append(f"agent {i}: renamed {name!r} to {new!r}")
-            name = new
-        base, k = name, 2
-        while name in seen:
-            name = f"{base[:21]}_{k}"
-            k += 1
-        if name != base:
-            warnings.append(f"agent {i}: duplicate name {base!r} renamed to {name!r}")
-        role = raw_agent.get("role")
-        if role not in roles:
-            warnings.append(f"agent {name!r}: unknown role {role!r} replaced by {_FALLBACK_ROLE!r}")
-            role = _FALLBACK_ROLE
-        capacity = raw_agent.get("capacity")
-        if capacity not in levels:
-            warnings.append(f"agent {name!r}: unknown capacity {capacity!r} replaced by {default_level!r}")
-            capacity = default_level
-        duty = raw_agent.get("duty") or ""
-        if not isinstance(duty, str):
-            duty = str(duty)
-        cleaned = _BAD_DUTY_CHARS.sub(" ", duty).strip()[:MAX_DUTY_LEN]
-        if cleaned != duty:
-            warnings.append(f"agent {name!r}: duty cleaned to one bounded line")
-        deps_in = raw_agent.get("depends_on") or []
-        if isinstance(deps_in, str):
-            deps_in = [deps_in]
-        raw_deps = [d for d in deps_in if isinstance(d, str)] if isinstance(deps_in, list) else []
-        agents.append(
-            {"name": name, "role": role, "duty": cleaned, "capacity": capacity, "depends_on": raw_deps}
-        )
-        seen.add(name)
+        agent = _repair_agent(i, raw_agent, roles, levels, seen, warnings)
+        agents.append(agent)
+        seen.add(agent["name"])
     agents = _resolve_dependencies(agents, warnings)
     if not agents:
         raise SpecError("orchestrator output has no usable agent")
     if len(data["agents"]) > MAX_AGENTS:
         warnings.append(f"kept the first {MAX_AGENTS} of {len(data['agents'])} agents")
+    return {"agents": agents, "output": _repair_output(data.get("output"), agents, warnings)}, warnings
+
+
+def _repair_agent(i: int, raw_agent: dict[str, Any], roles: RoleLibrary, levels: Sequence[str], seen: set[str],
+                  warnings: list[str]) -> dict[str, Any]:
+    """Agent `i` with a valid, unused name, a known role and capacity, a bounded duty and string dependencies."""
+    name = raw_agent.get("name")
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        new = _slug(name or f"agent_{i}", "agent")
+        warnings.append(f"agent {i}: renamed {name!r} to {new!r}")
+        name = new
+    base, k = name, 2
+    while name in seen:
+        name = f"{base[:21]}_{k}"
+        k += 1
+    if name != base:
+        warnings.append(f"agent {i}: duplicate name {base!r} renamed to {name!r}")
+    role = raw_agent.get("role")
+    if role not in roles:
+        warnings.append(f"agent {name!r}: unknown role {role!r} replaced by {_FALLBACK_ROLE!r}")
+        role = _FALLBACK_ROLE
+    capacity = raw_agent.get("capacity")
+    if capacity not in levels:
+        default_level = levels[len(levels) // 2]
+        warnings.append(f"agent {name!r}: unknown capacity {capacity!r} replaced by {default_level!r}")
+        capacity = default_level
+    duty = raw_agent.get("duty") or ""
+    if not isinstance(duty, str):
+        duty = str(duty)
+    cleaned = _BAD_DUTY_CHARS.sub(" ", duty).strip()[:MAX_DUTY_LEN]
+    if cleaned != duty:
+        warnings.append(f"agent {name!r}: duty cleaned to one bounded line")
+    deps_in = raw_agent.get("depends_on") or []
+    if isinstance(deps_in, str):
+        deps_in = [deps_in]
+    raw_deps = [d for d in deps_in if isinstance(d, str)] if isinstance(deps_in, list) else []
+    return {"name": name, "role": role, "duty": cleaned, "capacity": capacity, "depends_on": raw_deps}
+
+
+def _repair_output(output: Any, agents: list[dict[str, Any]], warnings: list[str]) -> str:
+    """`output` if it names an agent, else the single sink (or the last agent when there are several)."""
+    if isinstance(output, str) and output in {a["name"] for a in agents}:
+        return output
     used = {d for a in agents for d in a["depends_on"]}
-    seen = {a["name"] for a in agents}
     sinks = [a["name"] for a in agents if a["name"] not in used]
-    output = data.get("output")
-    if not isinstance(output, str) or output not in seen:
-        new_output = sinks[0] if len(sinks) == 1 else agents[-1]["name"]
-        warnings.append(f"output {output!r} names no agent; using {new_output!r}")
-        output = new_output
-    return {"agents": agents, "output": output}, warnings
+    new_output = sinks[0] if len(sinks) == 1 else agents[-1]["name"]
+    warnings.append(f"output {output!r} names no agent; using {new_output!r}")
+    return str(new_output)
 
 
 def fallback_spec(levels: Sequence[str]) -> Spec:

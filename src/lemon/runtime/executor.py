@@ -15,7 +15,6 @@ node-cache key, so a truncated answer is never served to a run that could afford
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -36,6 +35,7 @@ from lemon.runtime.budget import (
 )
 from lemon.runtime.node_cache import NodeCache, NodeOutput
 from lemon.runtime.trace import Trace
+from lemon.seeds import stable_seed
 from lemon.spec.model import Agent, Spec
 from lemon.spec.roles import RoleLibrary
 from lemon.yamlfile import load_yaml
@@ -94,7 +94,7 @@ class _Stop(Exception):
 
 def derive_seed(seed: int, agent: str) -> int:
     """A per-agent sampling seed: same (run seed, agent name) -> same seed, across processes."""
-    return int.from_bytes(hashlib.sha256(f"{seed}\x00{agent}".encode()).digest()[:4], "big") & 0x7FFFFFFF
+    return stable_seed(seed, agent)
 
 
 def required_agents(spec: Spec) -> frozenset[str]:

@@ -183,7 +183,7 @@ def test_an_expired_lease_or_a_dead_holder_frees_the_claim(tmp_path: Path) -> No
 def test_two_eval_processes_on_one_store_share_the_work(tmp_path: Path, data_dir: Path,
                                                         _isolated_home: Path) -> None:
     """Old behaviour: both processes computed every item (computed 12 + 12)."""
-    from tests.bench_eval.test_cli import scripted_pool_yaml
+    from tests.bench.test_cli import scripted_pool_yaml
 
     pool = scripted_pool_yaml(tmp_path / "pool.yaml", latency_s=0.6)  # ~4 s a process: both start in time
     store = tmp_path / "shared.sqlite"

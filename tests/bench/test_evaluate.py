@@ -7,12 +7,15 @@ from pathlib import Path
 import pytest
 
 from lemon.bench.datasets import load_split
-from lemon.bench.evaluate import EvalSettings, default_split, evaluate, policy_identity
+from lemon.bench.evaluate import default_split
+from lemon.bench.item import EvalSettings
+from lemon.bench.methods import resolve_method
 from lemon.bench.store import ResultsStore
 from lemon.errors import BackendError, LemonError
 from lemon.llm.base import ChatRequest
+from tests.evalcall import evaluate_kw
 
-from .conftest import CountingBackend, Crash, crashing_after, oracle_responder, scripted_pool
+from .conftest import CountingBackend, Crash, crashing_after, eval_pool, oracle_responder
 
 
 def _items(data_dir: Path, n: int) -> list:  # type: ignore[type-arg]
@@ -26,9 +29,9 @@ def _answers(data_dir: Path, n: int) -> dict[str, str]:
 async def test_rows_traces_accuracy_and_concurrency_bound(tmp_path: Path, data_dir: Path) -> None:
     backend = CountingBackend("oracle", latency_s=0.02, responder=oracle_responder(_answers(data_dir, 6)))
     store = tmp_path / "r.sqlite"
-    summary = await evaluate("multiarith", "vanilla", limit=6, seeds=2, concurrency=3, store=store,
-                             data_dir=data_dir, pool="scripted-oracle", level="small", progress=False,
-                             pool_factory=lambda: scripted_pool(backend))
+    summary = await evaluate_kw("multiarith", "vanilla", limit=6, seeds=2, concurrency=3, store=store,
+                                data_dir=data_dir, pool="scripted-oracle", level="small",
+                                pool_factory=lambda: eval_pool(backend))
     assert summary.computed == 12 and summary.skipped == 0 and summary.split == default_split("multiarith")
     assert summary.stats.accuracy_mean == 1.0 and summary.stats.accuracy_std == 0.0
     assert backend.max_in_flight == 3  # the semaphore is the bound, and it is used
@@ -46,24 +49,23 @@ async def test_rows_traces_accuracy_and_concurrency_bound(tmp_path: Path, data_d
         assert trace is not None and trace["trace_id"] == r.trace_id and trace["events"]
         assert trace["task_id"] == r.item_id  # e.g. "multiarith/3", the id `lemon trace` takes
     # same command again: nothing recomputed
-    again = await evaluate("multiarith", "vanilla", limit=6, seeds=2, concurrency=3, store=store,
-                           data_dir=data_dir, pool="scripted-oracle", level="small", progress=False,
-                           pool_factory=lambda: scripted_pool(backend))
+    again = await evaluate_kw("multiarith", "vanilla", limit=6, seeds=2, concurrency=3, store=store,
+                              data_dir=data_dir, pool="scripted-oracle", level="small",
+                              pool_factory=lambda: eval_pool(backend))
     assert (again.run_id, again.computed, again.skipped) == (summary.run_id, 0, 12)
 
 
 async def test_crash_then_resume_counts_every_item_once(tmp_path: Path, data_dir: Path) -> None:
     store = tmp_path / "r.sqlite"
-    common = dict(limit=5, seeds=2, store=store, data_dir=data_dir, pool="scripted", level="small",
-                  progress=False, concurrency=1)
+    common = dict(limit=5, seeds=2, store=store, data_dir=data_dir, pool="scripted", level="small", concurrency=1)
     with pytest.raises(Crash):
-        await evaluate("multiarith", "vanilla", **common,  # type: ignore[arg-type]
-                       pool_factory=lambda: scripted_pool(crashing_after(4)))
+        await evaluate_kw("multiarith", "vanilla", **common,  # type: ignore[arg-type]
+                          pool_factory=lambda: eval_pool(crashing_after(4)))
     with ResultsStore(store) as db:
         (run,) = db.runs()
         assert db.count(run.run_id) == 4
-    summary = await evaluate("multiarith", "vanilla", **common,  # type: ignore[arg-type]
-                             pool_factory=lambda: scripted_pool(crashing_after(10_000)))
+    summary = await evaluate_kw("multiarith", "vanilla", **common,  # type: ignore[arg-type]
+                                pool_factory=lambda: eval_pool(crashing_after(10_000)))
     assert summary.run_id == run.run_id and summary.skipped == 4 and summary.computed == 6
     with ResultsStore(store) as db:
         keys = [(r.item_id, r.seed) for r in db.items(run.run_id)]
@@ -73,11 +75,11 @@ async def test_crash_then_resume_counts_every_item_once(tmp_path: Path, data_dir
 async def test_shards_fill_one_run_exactly_once(tmp_path: Path, data_dir: Path) -> None:
     backend = CountingBackend("b", responder=lambda r: "The answer is 3.")
     kw = dict(limit=5, seeds=2, store=tmp_path / "r.sqlite", data_dir=data_dir, pool="p", level="small",
-              progress=False, pool_factory=lambda: scripted_pool(backend))
-    first = await evaluate("multiarith", "cot", shard=(0, 3), **kw)  # type: ignore[arg-type]
-    second = await evaluate("multiarith", "cot", shard=(1, 3), **kw)  # type: ignore[arg-type]
+              pool_factory=lambda: eval_pool(backend))
+    first = await evaluate_kw("multiarith", "cot", shard=(0, 3), **kw)  # type: ignore[arg-type]
+    second = await evaluate_kw("multiarith", "cot", shard=(1, 3), **kw)  # type: ignore[arg-type]
     assert first.run_id == second.run_id and (first.computed, second.computed) == (4, 3)
-    rest = await evaluate("multiarith", "cot", **kw)  # type: ignore[arg-type]
+    rest = await evaluate_kw("multiarith", "cot", **kw)  # type: ignore[arg-type]
     assert (rest.computed, rest.skipped) == (3, 7)
     with ResultsStore(tmp_path / "r.sqlite") as db:
         keys = [(r.item_id, r.seed) for r in db.items(first.run_id)]
@@ -87,9 +89,9 @@ async def test_shards_fill_one_run_exactly_once(tmp_path: Path, data_dir: Path) 
 async def test_more_seeds_extend_the_same_run(tmp_path: Path, data_dir: Path) -> None:
     backend = CountingBackend("b", responder=lambda r: "The answer is 3.")
     kw = dict(limit=3, store=tmp_path / "r.sqlite", data_dir=data_dir, pool="p", level="small",
-              progress=False, pool_factory=lambda: scripted_pool(backend))
-    one = await evaluate("multiarith", "cot", seeds=1, **kw)  # type: ignore[arg-type]
-    three = await evaluate("multiarith", "cot", seeds=3, **kw)  # type: ignore[arg-type]
+              pool_factory=lambda: eval_pool(backend))
+    one = await evaluate_kw("multiarith", "cot", seeds=1, **kw)  # type: ignore[arg-type]
+    three = await evaluate_kw("multiarith", "cot", seeds=3, **kw)  # type: ignore[arg-type]
     assert one.run_id == three.run_id and three.skipped == 3 and three.computed == 6
     assert len(three.stats.seeds) == 3
 
@@ -97,28 +99,28 @@ async def test_more_seeds_extend_the_same_run(tmp_path: Path, data_dir: Path) ->
 async def test_seeds_are_sampled_replicates_and_temperature_zero_is_greedy(tmp_path: Path,
                                                                          data_dir: Path) -> None:
     sampled = CountingBackend("b", responder=lambda r: "The answer is 3.")
-    await evaluate("multiarith", "vanilla", limit=1, seeds=2, store=tmp_path / "a.sqlite", data_dir=data_dir,
-                   pool="p", level="small", progress=False, pool_factory=lambda: scripted_pool(sampled))
+    await evaluate_kw("multiarith", "vanilla", limit=1, seeds=2, store=tmp_path / "a.sqlite", data_dir=data_dir,
+                      pool="p", level="small", pool_factory=lambda: eval_pool(sampled))
     params = [c.params for c in sampled.calls]
     assert all(p.temperature == 0.7 for p in params)
     assert len({p.seed for p in params}) == 2 and None not in {p.seed for p in params}
     # different items of one seed must not share a sampling stream (that couples the items' outcomes)
     many = CountingBackend("b", responder=lambda r: "The answer is 3.")
-    await evaluate("multiarith", "vanilla", limit=5, seeds=1, store=tmp_path / "c.sqlite", data_dir=data_dir,
-                   pool="p", level="small", progress=False, pool_factory=lambda: scripted_pool(many))
+    await evaluate_kw("multiarith", "vanilla", limit=5, seeds=1, store=tmp_path / "c.sqlite", data_dir=data_dir,
+                      pool="p", level="small", pool_factory=lambda: eval_pool(many))
     assert len({c.params.seed for c in many.calls}) == 5
     greedy = CountingBackend("b", responder=lambda r: "The answer is 3.")
-    await evaluate("multiarith", "vanilla", limit=1, seeds=1, temperature=0.0, store=tmp_path / "b.sqlite",
-                   data_dir=data_dir, pool="p", level="small", progress=False,
-                   pool_factory=lambda: scripted_pool(greedy))
+    await evaluate_kw("multiarith", "vanilla", limit=1, seeds=1, temperature=0.0, store=tmp_path / "b.sqlite",
+                      data_dir=data_dir, pool="p", level="small",
+                      pool_factory=lambda: eval_pool(greedy))
     assert [c.params.temperature for c in greedy.calls] == [0.0]
 
 
 async def test_sc_cot_runs_five_samples_and_a_vote(tmp_path: Path, data_dir: Path) -> None:
     backend = CountingBackend("oracle", responder=oracle_responder(_answers(data_dir, 2)))
-    summary = await evaluate("multiarith", "sc-cot", limit=2, store=tmp_path / "r.sqlite", data_dir=data_dir,
-                             pool="p", level="small", progress=False,
-                             pool_factory=lambda: scripted_pool(backend))
+    summary = await evaluate_kw("multiarith", "sc-cot", limit=2, store=tmp_path / "r.sqlite", data_dir=data_dir,
+                                pool="p", level="small",
+                                pool_factory=lambda: eval_pool(backend))
     assert len(backend.calls) == 10  # 5 samples per item; the vote makes no model call
     assert summary.stats.accuracy_mean == 1.0
     # the five samples of one item differ in their sampling seed (else the vote is over copies)
@@ -129,19 +131,19 @@ async def test_sc_cot_runs_five_samples_and_a_vote(tmp_path: Path, data_dir: Pat
 
 
 async def test_bad_names_list_the_valid_ones(tmp_path: Path, data_dir: Path) -> None:
-    kw = dict(store=tmp_path / "r.sqlite", data_dir=data_dir, progress=False)
+    kw = dict(store=tmp_path / "r.sqlite", data_dir=data_dir)
     with pytest.raises(LemonError, match=r"valid: .*gsm8k.*multiarith"):
-        await evaluate("gsm9k", "vanilla", **kw)  # type: ignore[arg-type]
+        await evaluate_kw("gsm9k", "vanilla", **kw)  # type: ignore[arg-type]
     with pytest.raises(LemonError, match=r"valid: vanilla, cot, sc-cot, chain, tree, complete, random"):
-        await evaluate("gsm8k", "magic", **kw)  # type: ignore[arg-type]
+        await evaluate_kw("gsm8k", "magic", **kw)  # type: ignore[arg-type]
     with pytest.raises(LemonError):
-        await evaluate("gsm8k", "vanilla", split="nope", **kw)  # type: ignore[arg-type]
+        await evaluate_kw("gsm8k", "vanilla", split="nope", **kw)  # type: ignore[arg-type]
     with pytest.raises(LemonError, match="does not exist"):
-        await evaluate("gsm8k", "trained:/nonexistent", limit=1, pool="p",  # type: ignore[arg-type]
-                       level="small", pool_factory=lambda: scripted_pool(CountingBackend("b")), **kw)
+        await evaluate_kw("gsm8k", "trained:/nonexistent", limit=1, pool="p",  # type: ignore[arg-type]
+                          level="small", pool_factory=lambda: eval_pool(CountingBackend("b")), **kw)
     with pytest.raises(LemonError, match="level"):
-        await evaluate("gsm8k", "vanilla", limit=1, pool="p", level="huge",  # type: ignore[arg-type]
-                       pool_factory=lambda: scripted_pool(CountingBackend("b")), **kw)
+        await evaluate_kw("gsm8k", "vanilla", limit=1, pool="p", level="huge",  # type: ignore[arg-type]
+                          pool_factory=lambda: eval_pool(CountingBackend("b")), **kw)
 
 
 async def test_broken_backend_fails_fast(tmp_path: Path, data_dir: Path) -> None:
@@ -149,9 +151,9 @@ async def test_broken_backend_fails_fast(tmp_path: Path, data_dir: Path) -> None
         raise BackendError("endpoint http://127.0.0.1:9 refused the connection; start the server")
 
     with pytest.raises(LemonError, match="re-run the same command"):
-        await evaluate("multiarith", "vanilla", limit=12, store=tmp_path / "r.sqlite", data_dir=data_dir,
-                       pool="p", level="small", progress=False,
-                       pool_factory=lambda: scripted_pool(CountingBackend("b", responder=refuse)))
+        await evaluate_kw("multiarith", "vanilla", limit=12, store=tmp_path / "r.sqlite", data_dir=data_dir,
+                          pool="p", level="small",
+                          pool_factory=lambda: eval_pool(CountingBackend("b", responder=refuse)))
 
 
 def test_a_trained_policy_is_identified_by_its_weights_not_its_path(tmp_path: Path) -> None:
@@ -160,14 +162,16 @@ def test_a_trained_policy_is_identified_by_its_weights_not_its_path(tmp_path: Pa
     (model / "config.json").write_text("{}")
     (model / "model.safetensors").write_bytes(b"weights v1")
     (model / "tokenizer.json").write_text("{}")
-    first = policy_identity(f"trained:{model}")
+    first = resolve_method(f"trained:{model}").identity()
     assert first is not None and first.startswith("sha256:")
-    assert policy_identity(f"trained:{tmp_path}") == first  # a run directory resolves to its final/ model
+    assert resolve_method(f"trained:{tmp_path}").identity() == first  # a run directory resolves to its final/ model
     (model / "tokenizer.json").write_text('{"changed": 1}')
-    assert policy_identity(f"trained:{model}") == first  # only weights and config count
+    assert resolve_method(f"trained:{model}").identity() == first  # only weights and config count
     (model / "model.safetensors").write_bytes(b"weights v2")  # lemon train rewrote final/ in place
-    assert policy_identity(f"trained:{model}") != first
-    assert policy_identity("cot") is None  # baseline run ids are unchanged
-    settings = EvalSettings(benchmark="gsm8k", method=f"trained:{model}", level="small", pool="tiny")
-    assert settings.identity()["policy"] == policy_identity(f"trained:{model}")
-    assert "policy" not in EvalSettings(benchmark="gsm8k", method="cot", level="small", pool="tiny").identity()
+    assert resolve_method(f"trained:{model}").identity() != first
+    assert resolve_method("cot").identity() is None  # baseline run ids are unchanged
+    trained = resolve_method(f"trained:{model}")
+    settings = EvalSettings(benchmark="gsm8k", method=trained, level="small", pool="tiny")
+    assert settings.identity()["policy"] == trained.identity()
+    cot = EvalSettings(benchmark="gsm8k", method=resolve_method("cot"), level="small", pool="tiny")
+    assert "policy" not in cot.identity()

@@ -8,8 +8,7 @@ from lemon.bench.baselines import COT_DUTY, TEAMS, baseline_spec, method_names
 from lemon.errors import LemonError
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
-
-from .conftest import LEVELS
+from tests.pools import LEVELS
 
 KINDS = ("number", "choice", "code")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.evaluate import evaluate
 from lemon.bench.store import ResultsStore
+from tests.evalcall import evaluate_kw
 
 ray = pytest.importorskip("ray")
 
@@ -32,17 +32,17 @@ def test_ray_eval_matches_local_eval(local_ray, tmp_path: Path, data_dir: Path) 
         return Pool("scripted", tuple(Level(n, backend, 8) for n in ("small", "medium", "large")),
                     GenParams(max_tokens=32))
 
-    kw = dict(limit=6, seeds=2, pool="scripted-ray", level="small", data_dir=data_dir, progress=False,
+    kw = dict(limit=6, seeds=2, pool="scripted-ray", level="small", data_dir=data_dir,
               pool_factory=pool_factory, concurrency=4)
-    remote = asyncio.run(evaluate("multiarith", "cot", store=tmp_path / "ray.sqlite", ray_address="local",
-                                  **kw))  # type: ignore[arg-type]
-    local = asyncio.run(evaluate("multiarith", "cot", store=tmp_path / "local.sqlite", **kw))  # type: ignore[arg-type]
+    remote = asyncio.run(evaluate_kw("multiarith", "cot", store=tmp_path / "ray.sqlite", ray_address="local",
+                                     **kw))  # type: ignore[arg-type]
+    local = asyncio.run(evaluate_kw("multiarith", "cot", store=tmp_path / "local.sqlite", **kw))  # type: ignore[arg-type]
     assert remote.run_id == local.run_id and remote.computed == local.computed == 12
     with ResultsStore(tmp_path / "ray.sqlite") as a, ResultsStore(tmp_path / "local.sqlite") as b:
         ra = {(r.item_id, r.seed): (r.prediction, r.correct, r.total_tokens) for r in a.items(remote.run_id)}
         rb = {(r.item_id, r.seed): (r.prediction, r.correct, r.total_tokens) for r in b.items(local.run_id)}
     assert ra == rb and len(ra) == 12
     # resume through Ray: nothing left to do
-    again = asyncio.run(evaluate("multiarith", "cot", store=tmp_path / "ray.sqlite", ray_address="local",
-                                 **kw))  # type: ignore[arg-type]
+    again = asyncio.run(evaluate_kw("multiarith", "cot", store=tmp_path / "ray.sqlite", ray_address="local",
+                                    **kw))  # type: ignore[arg-type]
     assert again.computed == 0 and again.skipped == 12

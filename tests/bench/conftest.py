@@ -6,10 +6,9 @@ import asyncio
 from collections.abc import Callable
 
 from lemon.llm.base import ChatRequest, Completion, GenParams
-from lemon.llm.pool import Level, Pool
+from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
-
-LEVELS = ("small", "medium", "large")
+from tests.pools import scripted_pool
 
 
 class CountingBackend(ScriptedBackend):
@@ -29,9 +28,9 @@ class CountingBackend(ScriptedBackend):
             self.in_flight -= 1
 
 
-def scripted_pool(backend: ScriptedBackend, *, concurrency: int = 64) -> Pool:
+def eval_pool(backend: ScriptedBackend, *, concurrency: int = 64) -> Pool:
     """All three levels served by `backend`, each allowing `concurrency` calls (the eval is the bound)."""
-    return Pool("scripted", tuple(Level(n, backend, concurrency) for n in LEVELS), GenParams(max_tokens=64))
+    return scripted_pool(backend, concurrency=concurrency, defaults=GenParams(max_tokens=64))
 
 
 def oracle_responder(answers: dict[str, str]) -> Callable[[ChatRequest], str]:

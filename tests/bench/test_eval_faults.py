@@ -17,20 +17,20 @@ from lemon.bench.datasets import load_split
 from lemon.bench.evaluate import (
     EXIT_BUDGET_SPENT,
     EXIT_ITEMS_IN_ERROR,
-    EvalSettings,
     default_split,
-    evaluate,
     exit_status,
     summary_lines,
 )
+from lemon.bench.item import EvalSettings
+from lemon.bench.methods import resolve_method
 from lemon.bench.store import ResultsStore
 from lemon.llm.base import GenParams
 from lemon.llm.openai_compat import OpenAIBackend
-from lemon.llm.pool import Level, Pool
+from lemon.llm.pool import Pool
+from tests.evalcall import evaluate_kw
 from tests.llm.servers import WRONG_SHAPES, Fault, completion, fault_server, huge_completion
+from tests.pools import LEVELS, scripted_pool
 from tests.runtime.test_budget import BillingBackend
-
-LEVELS = ("small", "medium", "large")
 
 
 def _items(data_dir: Path, n: int) -> list:  # type: ignore[type-arg]
@@ -60,7 +60,7 @@ def _router(data_dir: Path, n: int, faults: dict[int, Callable[[int], Fault]]) -
 
 def _endpoint_pool(base: str) -> Pool:
     backend = OpenAIBackend(base, "m", max_retries=1, backoff_s=0.01, timeout_s=0.5)
-    return Pool("fault", tuple(Level(n, backend, 8) for n in LEVELS), GenParams(max_tokens=32))
+    return scripted_pool(backend, concurrency=8, name="fault", defaults=GenParams(max_tokens=32))
 
 
 def _faults(items: list) -> dict[int, Callable[[int], Fault]]:  # type: ignore[type-arg]
@@ -81,9 +81,9 @@ async def test_an_eval_over_a_faulty_endpoint_completes_every_item_and_counts_er
         tmp_path: Path, data_dir: Path) -> None:
     items = _items(data_dir, 10)
     with fault_server(_router(data_dir, 10, _faults(items))) as ep:
-        summary = await evaluate("multiarith", "vanilla", limit=10, concurrency=4, store=tmp_path / "r.sqlite",
-                                 data_dir=data_dir, pool="fault", level="small", progress=False, temperature=0.0,
-                                 pool_factory=lambda: _endpoint_pool(ep.base_url))
+        summary = await evaluate_kw("multiarith", "vanilla", limit=10, concurrency=4, store=tmp_path / "r.sqlite",
+                                    data_dir=data_dir, pool="fault", level="small", temperature=0.0,
+                                    pool_factory=lambda: _endpoint_pool(ep.base_url))
     assert summary.computed == 10 and summary.in_error == 6
     assert summary.stats.accuracy_mean == pytest.approx(0.4)  # items 6..9 answered right, 429 item included
     assert exit_status(summary) == EXIT_ITEMS_IN_ERROR
@@ -113,9 +113,9 @@ async def test_a_prompted_eval_survives_an_orchestrator_reply_of_the_wrong_shape
         return Fault(200, completion(f"The answer is {items[i].answer}."))
 
     with fault_server(pick) as ep:
-        summary = await evaluate("multiarith", "prompted", limit=4, store=tmp_path / "r.sqlite", data_dir=data_dir,
-                                 pool="fault", level="small", progress=False,
-                                 pool_factory=lambda: _endpoint_pool(ep.base_url))
+        summary = await evaluate_kw("multiarith", "prompted", limit=4, store=tmp_path / "r.sqlite", data_dir=data_dir,
+                                    pool="fault", level="small",
+                                    pool_factory=lambda: _endpoint_pool(ep.base_url))
     assert summary.computed == 4 and summary.in_error == 2 and summary.stats.accuracy_mean == 0.5
     with ResultsStore(tmp_path / "r.sqlite") as db:
         errors = [r for r in db.items(summary.run_id) if r.status == "error"]
@@ -196,21 +196,22 @@ def test_a_negative_max_tokens_in_a_pool_file_is_a_usage_error(tmp_path: Path, m
 
 
 def _billing_pool(backend: BillingBackend) -> Pool:
-    return Pool("billing", tuple(Level(n, backend, 8) for n in LEVELS), GenParams(max_tokens=48))  # type: ignore[arg-type]
+    return scripted_pool(backend, concurrency=8, name="billing",  # type: ignore[arg-type]
+                         defaults=GenParams(max_tokens=48))
 
 
 async def test_the_whole_run_cap_holds_and_a_larger_one_resumes_the_same_run(tmp_path: Path,
                                                                             data_dir: Path) -> None:
     common = dict(limit=8, concurrency=3, store=tmp_path / "r.sqlite", data_dir=data_dir, pool="billing",
-                  level="small", progress=False, method="sc-cot", temperature=0.7)  # sampled: no two calls alike
+                  level="small", method="sc-cot", temperature=0.7)  # sampled: no two calls alike
     probe = BillingBackend(default_words=30)
-    free = await evaluate("multiarith", store=tmp_path / "probe.sqlite",  # what the 8 items cost uncapped
-                          **{k: v for k, v in common.items() if k != "store"},  # type: ignore[arg-type]
-                          pool_factory=lambda: _billing_pool(probe))
+    free = await evaluate_kw("multiarith", store=tmp_path / "probe.sqlite",  # what the 8 items cost uncapped
+                             **{k: v for k, v in common.items() if k != "store"},  # type: ignore[arg-type]
+                             pool_factory=lambda: _billing_pool(probe))
     cap = probe.billed // 3
     backend = BillingBackend(default_words=30, latency_s=0.005)
-    capped = await evaluate("multiarith", **common, budget_tokens_total=cap,  # type: ignore[arg-type]
-                            pool_factory=lambda: _billing_pool(backend))
+    capped = await evaluate_kw("multiarith", **common, budget_tokens_total=cap,  # type: ignore[arg-type]
+                               pool_factory=lambda: _billing_pool(backend))
     assert backend.billed <= cap and capped.eval_tokens is not None and capped.eval_tokens <= cap
     assert 1 <= capped.computed < 8 and capped.computed + capped.not_computed == 8
     assert exit_status(capped) == EXIT_BUDGET_SPENT and capped.in_error == 0
@@ -219,8 +220,8 @@ async def test_the_whole_run_cap_holds_and_a_larger_one_resumes_the_same_run(tmp
         assert db.run(capped.run_id).config["budget_tokens_total"] == cap  # type: ignore[union-attr]
     assert len(rows) == capped.computed and all(r.status == "ok" for r in rows)  # no item cut by the cap stored
     assert all(r.params.max_tokens == 48 for r in backend.requests)  # the cap refused calls, never shortened one
-    more = await evaluate("multiarith", **common, budget_tokens_total=10 * probe.billed,  # type: ignore[arg-type]
-                          pool_factory=lambda: _billing_pool(backend))
+    more = await evaluate_kw("multiarith", **common, budget_tokens_total=10 * probe.billed,  # type: ignore[arg-type]
+                             pool_factory=lambda: _billing_pool(backend))
     assert more.run_id == capped.run_id and more.skipped == capped.computed and more.not_computed == 0
     assert exit_status(more) == 0 and more.stats.tokens_mean == free.stats.tokens_mean
 
@@ -235,32 +236,32 @@ async def test_the_whole_run_cap_covers_the_orchestrator(tmp_path: Path, data_di
             return out if request.json_schema is None else type(out)(spec, out.prompt_tokens, out.completion_tokens,
                                                                       0.0, out.model)
 
-    common = dict(limit=6, concurrency=2, data_dir=data_dir, pool="billing", level="small", progress=False)
+    common = dict(limit=6, concurrency=2, data_dir=data_dir, pool="billing", level="small")
     probe = SpecWriter(default_words=200)
-    free = await evaluate("multiarith", "prompted", store=tmp_path / "probe.sqlite",  # type: ignore[arg-type]
-                          **common, pool_factory=lambda: _billing_pool(probe))
+    free = await evaluate_kw("multiarith", "prompted", store=tmp_path / "probe.sqlite",  # type: ignore[arg-type]
+                             **common, pool_factory=lambda: _billing_pool(probe))
     assert free.stats.orchestrator_tokens_mean > 0 and free.not_computed == 0
-    from lemon.bench.evaluate import orchestrator_token_bound
+    from lemon.bench.methods import prompted_token_bound
     from lemon.bench.tasks import BENCHMARKS
     from lemon.orchestrator.prompted import PromptedOrchestrator
     from lemon.spec.roles import RoleLibrary
 
     writer = PromptedOrchestrator(_billing_pool(probe), RoleLibrary.load())
-    worst = orchestrator_token_bound(writer, BENCHMARKS["multiarith"].format_prompt(_items(data_dir, 1)[0]))
+    worst = prompted_token_bound(writer, BENCHMARKS["multiarith"].format_prompt(_items(data_dir, 1)[0]))
     cap = worst + 900  # the orchestrator's worst case (its bytes bound: ~5x its real cost) and a bit more
     assert cap < probe.billed
     backend = SpecWriter(default_words=200)
-    summary = await evaluate("multiarith", "prompted", store=tmp_path / "r.sqlite",  # type: ignore[arg-type]
-                             budget_tokens_total=cap, **common, pool_factory=lambda: _billing_pool(backend))
+    summary = await evaluate_kw("multiarith", "prompted", store=tmp_path / "r.sqlite",  # type: ignore[arg-type]
+                                budget_tokens_total=cap, **common, pool_factory=lambda: _billing_pool(backend))
     assert sum(r.json_schema is not None for r in backend.requests) >= 1  # the orchestrator ran, and was billed
     assert backend.billed <= cap and summary.eval_tokens == backend.billed  # ... and counted
     assert 1 <= summary.computed < 6 and exit_status(summary) == EXIT_BUDGET_SPENT
 
 
 def test_run_ids_change_only_for_budgeted_runs() -> None:
-    plain = EvalSettings("multiarith", "vanilla", "small", "cpu").identity()
+    plain = EvalSettings("multiarith", resolve_method("vanilla"), "small", "cpu").identity()
     assert "budget_rule" not in plain  # unbudgeted runs keep the ids they were stored under
-    budgeted = EvalSettings("multiarith", "vanilla", "small", "cpu", budget_tokens=500).identity()
+    budgeted = EvalSettings("multiarith", resolve_method("vanilla"), "small", "cpu", budget_tokens=500).identity()
     assert budgeted["budget_rule"] == "reserve"
 
 

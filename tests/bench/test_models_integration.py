@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.evaluate import evaluate
 from lemon.bench.store import ResultsStore
+from tests.evalcall import evaluate_kw
 
 BENCHMARKS = ("gsm8k", "svamp", "aqua", "multiarith", "mmlu", "humaneval")
 
@@ -22,9 +22,9 @@ def test_vanilla_on_two_items_with_the_tiny_pool(bench: str, tmp_path: Path, dat
     level = pool.level_names[0]
     asyncio.run(pool.aclose())
     store = tmp_path / "r.sqlite"
-    summary = asyncio.run(evaluate(bench, "vanilla", limit=2, seeds=1, pool="tiny", level=level,
-                                   concurrency=2, store=store, data_dir=data_dir, cache=False,
-                                   max_tokens=96 if bench == "humaneval" else 48, progress=False))
+    summary = asyncio.run(evaluate_kw(bench, "vanilla", limit=2, seeds=1, pool="tiny", level=level,
+                                      concurrency=2, store=store, data_dir=data_dir, cache=False,
+                                      max_tokens=96 if bench == "humaneval" else 48))
     assert summary.computed == 2 and summary.n_items == 2
     with ResultsStore(store) as db:
         rows = db.items(summary.run_id)

@@ -1,0 +1,14 @@
+"""The tests' scripted pools: the three capacity levels every test spec names, served by a test double."""
+
+from __future__ import annotations
+
+from lemon.llm.base import Backend, GenParams
+from lemon.llm.pool import Level, Pool
+
+LEVELS = ("small", "medium", "large")
+
+
+def scripted_pool(backend: Backend, *, concurrency: int = 64, name: str = "scripted",
+                  defaults: GenParams | None = None) -> Pool:
+    """Every level of LEVELS served by `backend` (a test double), each allowing `concurrency` calls at once."""
+    return Pool(name, tuple(Level(n, backend, concurrency) for n in LEVELS), defaults or GenParams())
