@@ -164,15 +164,22 @@ def vote_key_for(kind: object) -> Any:
     return {"number": extract_number, "choice": extract_choice}.get(str(kind))
 
 
+def _token_bound(orch: Any, task: str) -> int:
+    """The most tokens one proposal can cost (0 for the template orchestrator, which calls no model)."""
+    from lemon.bench.methods import prompted_token_bound, trained_token_bound
+
+    if not getattr(orch, "writes_with_model", True):
+        return 0
+    return prompted_token_bound(orch, task) if hasattr(orch, "messages") else trained_token_bound(orch, task)
+
+
 async def propose_within_budget(orch: Any, task: str, opts: RunOptions) -> tuple[Any, RunOptions]:
     """The proposal, with `--budget-tokens` covering the orchestrator too: its worst case (prompt bound plus
     generation limit) must fit before it is asked, and the workers get what it left."""
     budget = opts.budget_tokens
     if budget is None:
         return await orch.propose(task, seed=opts.seed), opts
-    from lemon.bench.evaluate import orchestrator_token_bound
-
-    bound = orchestrator_token_bound(orch, task)
+    bound = _token_bound(orch, task)
     if bound > budget:
         raise LemonError(f"--budget-tokens {budget} cannot cover the orchestrator's worst case of {bound} tokens "
                          "(its prompt and generation limit); raise --budget-tokens or use --orchestrator template")

@@ -28,12 +28,11 @@ import torch
 
 from lemon.errors import LemonError
 from lemon.orchestrator.policy_prompt import policy_messages, strict_spec
-from lemon.runtime.executor import required_agents
-from lemon.spec.model import Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.train.generation import batch_logprobs, chat_prompt_ids, eos_ids, generate
 from lemon.train.tasks import TrainTask, is_correct, load_train_tasks, split_record
+from lemon.train.verified import live_spec
 
 log = logging.getLogger(__name__)
 
@@ -95,20 +94,6 @@ def valid_rate(model: Any, tokenizer: Any, tasks: Sequence[TrainTask], roles: Ro
             errors[t.id] = res.error or "invalid"
     n = len(tasks)
     return ValidReport(rate=(n - len(errors)) / n if n else 0.0, n=n, errors=errors)
-
-
-def live_spec(spec: Spec) -> Spec:
-    """`spec` without the agents the runtime would never run (not ancestors of the output agent).
-
-    A teacher that writes a critic nothing depends on teaches the policy to spend spec tokens on an agent that
-    is pruned at run time (104 of 160 targets of our first diverse SFT run had one), so SFT targets keep only
-    the live team. Only a spec with an explicit `output` can have dead agents (with a unique sink, every agent
-    reaches it), and that `output` is kept.
-    """
-    needed = required_agents(spec)
-    if len(needed) == len(spec.agents):
-        return spec
-    return Spec(agents=tuple(a for a in spec.agents if a.name in needed), output=spec.output)
 
 
 async def teacher_examples(tasks: Sequence[TrainTask], *, pool_name: str, level: str | None,
