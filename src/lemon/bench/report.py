@@ -41,6 +41,7 @@ class RunStats:
     tokens_std: float | None      # std over seeds of the per-seed mean tokens
     orchestrator_tokens_mean: float
     errors: int                   # rows whose status is not ok
+    wall_s_mean: float = math.nan  # seconds per (item, seed), spec writing included (what one `lemon run` waits)
 
     @property
     def complete(self) -> bool:
@@ -67,6 +68,7 @@ def run_stats(run: RunInfo, rows: Sequence[ItemRow]) -> RunStats:
         tokens_std=statistics.stdev(per_seed_tokens) if len(per_seed_tokens) >= 2 else None,
         orchestrator_tokens_mean=statistics.fmean(r.orchestrator_tokens for r in rows) if rows else 0.0,
         errors=sum(r.status != "ok" for r in rows),
+        wall_s_mean=statistics.fmean(r.latency_s for r in rows) if rows else math.nan,
     )
 
 
@@ -210,15 +212,15 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
     for bench in benchmarks:
         lines += ["", f"## {bench}", "",
                   "| method | split | n items | seeds | pool | level | temp. | accuracy (%) "
-                  "| worker tokens / item | orch. tokens / item | errors | run |",
-                  "|---|---|---:|---:|---|---|---:|---|---:|---:|---:|---|"]
+                  "| worker tokens / item | orch. tokens / item | wall s / item | errors | run |",
+                  "|---|---|---:|---:|---|---|---:|---|---:|---:|---:|---:|---|"]
         for s in (s for s in stats if s.run.benchmark == bench):
             partial = "" if s.complete else f" (partial: {s.rows}/{s.run.n_items * s.run.seeds} rows)"
             temp = s.run.config.get("temperature", "")
             lines.append(
                 f"| {s.run.method} | {s.run.split} | {s.n_items}{partial} | {len(s.seeds)} | {s.run.pool} | "
                 f"{s.run.level} | {temp} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} | "
-                f"{_fmt_tokens(s.orchestrator_tokens_mean)} | {s.errors} | `{s.run.run_id}` |"
+                f"{_fmt_tokens(s.orchestrator_tokens_mean)} | {s.wall_s_mean:.1f} | {s.errors} | `{s.run.run_id}` |"
             )
         for c in (c for c in comparisons if c.run_a.benchmark == bench):
             lines += ["", *_render_comparison(c)]
