@@ -94,7 +94,7 @@ def eval_cmd(
     pool = endpoint_pool(pool, model, base_url, api_key_env)
     summary = asyncio.run(
         evaluate(
-            benchmark, method, split=split, limit=limit, seeds=seeds, pool=pool, level=_eval_level(method, level),
+            benchmark, method, split=split, limit=limit, seeds=seeds, pool=pool, level=_eval_level(method, level, pool),
             concurrency=concurrency, store=store, data_dir=data_dir, temperature=temperature,
             max_tokens=_identity_max_tokens(pool, max_tokens), n_agents=agents, budget_tokens=budget_tokens,
             call_timeout_s=timeout, budget_tokens_total=budget_tokens_total, cache=not no_cache,
@@ -121,14 +121,20 @@ def _uses_level(method: str) -> bool:
     return method in method_names()
 
 
-def _eval_level(method: str, level: str | None) -> str:
+def _eval_level(method: str, level: str | None, pool: str) -> str:
     """The level the run is stored under: `--level` (default medium) for a baseline. For the other methods
-    an explicit `--level` is refused (it would change nothing but the run id), and `medium` keeps their
-    stored run ids as they were."""
-    if level is not None and not _uses_level(method):
+    an explicit `--level` is refused (it would change nothing but the run id); they are stored under `medium`
+    as before (their run ids stay), or the pool's first level when it has no `medium` (the library checks
+    the level against the pool whatever the method)."""
+    from lemon.llm.pools import pool_level_names
+
+    if _uses_level(method):
+        return level or "medium"
+    if level is not None:
         raise LemonError(f"--level applies to the fixed baselines; method {method!r} chooses the level of each "
                          "agent itself: drop --level")
-    return level or "medium"
+    levels = pool_level_names(pool)
+    return "medium" if "medium" in levels else levels[0]
 
 
 def _identity_max_tokens(pool: str, max_tokens: int) -> int | None:

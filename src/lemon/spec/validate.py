@@ -113,7 +113,10 @@ def spec_problems(text: str, roles: RoleLibrary, levels: Sequence[str]) -> list[
     try:
         spec = Spec.model_validate(data)
     except ValidationError as exc:
-        return [describe_validation_error(exc, data, i) for i in range(exc.error_count())]
+        locs = [tuple(e["loc"]) for e in exc.errors()]
+        # A container's error caused by an error inside it (`agents` too short once an agent failed) is noise.
+        return [describe_validation_error(exc, data, i) for i, loc in enumerate(locs)
+                if not any(len(other) > len(loc) and other[:len(loc)] == loc for other in locs)]
     problems = list(_agent_problems(spec, roles, levels))
     if problems:
         return problems  # the graph checks below assume every reference resolves
