@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markdown import Markdown
@@ -102,15 +102,20 @@ def eval_cmd(
             shard=_parse_shard(shard),
         )
     )
-    # The lines are rich markup around user-given text (a trained:PATH method, a pool file, --store): escape it.
-    shown = dataclasses.replace(summary, method=escape(summary.method), pool=escape(summary.pool),
-                                store_path=escape(str(summary.store_path)),
-                                level=summary.level if _uses_level(method) else "chosen by the method")
-    for line in summary_lines(shown):
-        console.print(line, highlight=False)
+    _print_summary(console, summary, summary_lines)
     code = exit_status(summary)
     if code:
         raise typer.Exit(code)
+
+
+def _print_summary(console: Any, summary: Any, summary_lines: Any) -> None:
+    """The summary lines are rich markup around user-given text (a trained:PATH method, a pool file, --store):
+    that text is escaped. A method that chooses its levels shows no `--level`."""
+    shown = dataclasses.replace(summary, method=escape(summary.method), pool=escape(summary.pool),
+                                store_path=escape(str(summary.store_path)),
+                                level=summary.level if _uses_level(summary.method) else "chosen by the method")
+    for line in summary_lines(shown):
+        console.print(line, highlight=False)
 
 
 def _uses_level(method: str) -> bool:

@@ -95,6 +95,18 @@ def sft_cmd(
     console.print(f"model: {report['model_dir']}", markup=False)
 
 
+def _step_reporter(bar: Progress, steps: int) -> Any:
+    """The `on_step` callback that moves the training bar and shows the step's reward, validity and teams."""
+    task = bar.add_task("train", total=steps, info="")
+
+    def on_step(step: int, row: dict[str, Any]) -> None:
+        bar.update(task, completed=step, info=f"r {row['reward_mean']:+.3f} valid {row['valid_rate']:.2f} "
+                                              f"teams {row['distinct_teams']} dW {row['weight_change']:.1e} "
+                                              f"{row['step_s']:.0f}s")
+
+    return on_step
+
+
 def train_cmd(
     out: Annotated[Path, opt("out", help="Run directory (checkpoints, metrics, final/); --resume continues it.")],
     benchmark: Annotated[str, typer.Option(help="Benchmark whose TRAIN split supplies the tasks.")] = "gsm8k",
@@ -146,14 +158,7 @@ def train_cmd(
         lora=lora, cache=not no_cache, threads=threads, group_size=group_size, max_new_tokens=policy_max_tokens,
         kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step, worker_samples=worker_samples)
     with _progress(err_console) as bar:
-        task = bar.add_task("train", total=steps, info="")
-
-        def on_step(step: int, row: dict[str, Any]) -> None:
-            bar.update(task, completed=step, info=f"r {row['reward_mean']:+.3f} valid {row['valid_rate']:.2f} "
-                                                  f"teams {row['distinct_teams']} dW {row['weight_change']:.1e} "
-                                                  f"{row['step_s']:.0f}s")
-
-        summary = asyncio.run(train(settings, on_step=on_step))
+        summary = asyncio.run(train(settings, on_step=_step_reporter(bar, steps)))
     console.print(f"steps {summary.first_step}..{summary.last_step} done; metrics {out / 'metrics.jsonl'}",
                   markup=False)
     console.print(f"trained orchestrator: {summary.final_dir}  (lemon run --orchestrator {summary.final_dir})",
