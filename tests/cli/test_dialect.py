@@ -108,3 +108,17 @@ def test_the_experiment_scripts_use_the_one_spelling() -> None:
     for script in sorted((REPO / "experiments").glob("*.sh")):
         hits = old.findall(script.read_text())
         assert not hits, f"{script.name} uses {hits}"
+
+
+def test_an_old_spelling_still_runs_a_command(tmp_path: Path, _isolated_home: Path) -> None:
+    """Scripts written for `--trace-dir` keep working: same effect as `--out`, and one notice on stderr."""
+    from tests.cli.test_cli_core import GOOD, _scripted_pool, lemon
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD)
+    traces = tmp_path / "traces"
+    proc = lemon("exec", str(spec), "2+2?", "--pool", str(_scripted_pool(tmp_path)), "--trace-dir", str(traces),
+                 home=_isolated_home)
+    assert proc.returncode == 0, proc.stderr
+    assert len(list(traces.glob("trace-*.json"))) == 1
+    assert proc.stderr.count("note: --trace-dir is now --out") == 1

@@ -49,7 +49,7 @@ def _progress(console: Any) -> Progress:
 def sft_cmd(
     out: Annotated[Path, opt("out", help="Output directory (model/, sft.json, sft_data.jsonl).")],
     benchmark: Annotated[str, typer.Option(help="Benchmark whose TRAIN split supplies the tasks.")] = "gsm8k",
-    teacher_pool: Annotated[str, typer.Option(help="Pool of the teacher: cpu, tiny or a pool YAML.")] = "cpu",
+    teacher_pool: Annotated[str, typer.Option(help="Pool of the teacher: cpu, tiny or a pool YAML.")] = DEFAULT_POOL,
     teacher_level: Annotated[str, typer.Option(help="Teacher's level in that pool.")] = "large",
     policy: Annotated[str | None, typer.Option(help="Policy to fine-tune (HF dir); default SmolLM2-135M.")] = None,
     limit: Annotated[int, opt("limit", help="The first N training-split items: the teacher writes their specs."
