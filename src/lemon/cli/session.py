@@ -256,9 +256,8 @@ def show_models(console: Console, pool_name: str, *, verify: bool = False) -> No
                 row += ["[red]no[/]", "[red]no[/]", "", escape(str(exc))]
         elif backend == "embedded":
             present = Path(model).expanduser().is_file()
-            missing = missing or not present
             row += ["yes" if present else "[red]no[/]", "at load (sha256 pin)" if present else "", "",
-                    "model file given by path"]
+                    "model file given by path" + ("" if present else ": not found (fix the pool file)")]
         else:
             row += ["-", "-", "", "remote endpoint (openai)" if backend == "openai" else "test double (scripted)"]
         table.add_row(*row)
@@ -277,6 +276,7 @@ def endpoint_pool(pool: str, model: str | None, base_url: str | None, api_key_en
     import yaml
     from pydantic import ValidationError
 
+    from lemon.cli.options import DEFAULT_POOL
     from lemon.llm.pools import PoolConfig
     from lemon.paths import lemon_home
 
@@ -285,12 +285,12 @@ def endpoint_pool(pool: str, model: str | None, base_url: str | None, api_key_en
     if model is None or base_url is None:
         raise ConfigError("--model and --base-url go together: name the model the endpoint serves and its URL, "
                           "e.g. --model qwen2.5 --base-url http://127.0.0.1:8080/v1")
-    if pool != "cpu":
+    if pool != DEFAULT_POOL:
         raise ConfigError(f"--pool {pool!r} and --model/--base-url both choose the models; use one of them")
     key = {"api_key_env": api_key_env} if api_key_env else {}
     data = {"name": "endpoint", "defaults": {"temperature": 0.0, "max_tokens": 384},
             "levels": [{"name": n, "backend": "openai", "base_url": base_url, "model": model, "concurrency": 4,
-                        **key} for n in pool_level_names("cpu")]}
+                        **key} for n in pool_level_names(DEFAULT_POOL)]}
     try:
         PoolConfig.model_validate(data)
     except ValidationError as exc:
