@@ -18,18 +18,21 @@ seeds="${SEEDS:-2}"
 store="$runs/eval.sqlite"
 mkdir -p "$runs"
 [ -f "$runs/sft/sft.json" ] || lemon sft --out "$runs/sft" --benchmark gsm8k --teacher-pool cpu \
-  --teacher-level "${TEACHER_LEVEL:-large}" --n-train "${N_TRAIN:-200}" --epochs "${EPOCHS:-3}"
+  --teacher-level "${TEACHER_LEVEL:-large}" --limit "${N_TRAIN:-200}" --epochs "${EPOCHS:-3}"
 for variant in cf global; do
   flags=(); [ "$variant" = global ] && flags=(--no-cf)
   resume=(); [ -d "$runs/$variant/checkpoints" ] && resume=(--resume)
-  [ -d "$runs/$variant/final" ] || lemon train --run-dir "$runs/$variant" --policy "$runs/sft/model" \
+  [ -d "$runs/$variant/final" ] || lemon train --out "$runs/$variant" --policy "$runs/sft/model" \
     --benchmark gsm8k --pool cpu --steps "$steps" --save-every 5 --seed 0 "${flags[@]}" "${resume[@]}"
 done
 lemon plot "$runs/cf" "$runs/global" --smooth 5 --out docs/grpo-training.png
 cf="trained:$runs/cf/final"; global="trained:$runs/global/final"; sft="trained:$runs/sft/model"
-eval_args=(--limit "$limit" --seeds "$seeds" --pool cpu --level medium --store "$store")
-for method in "$cf" "$global" "$sft" prompted cot sc-cot vanilla; do
+eval_args=(--limit "$limit" --seeds "$seeds" --pool cpu --store "$store")
+for method in "$cf" "$global" "$sft" prompted; do  # orchestrators choose each agent's level
   lemon eval multiarith --method "$method" "${eval_args[@]}"
+done
+for method in cot sc-cot vanilla; do
+  lemon eval multiarith --method "$method" "${eval_args[@]}" --level medium
 done
 lemon report --store "$store" --out docs/results-grpo.md --plot docs/grpo-accuracy-vs-tokens.png \
   --compare "$cf,$global" --compare "$cf,$sft" --compare "$cf,prompted" --compare "$cf,best" \

@@ -387,6 +387,15 @@ class ResultsStore:
     def count(self, run_id: str) -> int:
         return int(self._exec("SELECT COUNT(*) FROM items WHERE run_id = ?", (run_id,)).fetchone()[0])
 
+    def delete_run(self, run_id: str) -> int:
+        """Remove a run with its items, traces, claims and attributions, in one transaction (`lemon runs
+        delete`); returns how many item rows went."""
+        with self._tx():
+            n = self._exec("DELETE FROM items WHERE run_id = ?", (run_id,)).rowcount
+            for table in ("traces", "claims", "explanations", "runs"):
+                self._exec(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        return n
+
     def _tx(self) -> _Transaction:
         return _Transaction(self)
 

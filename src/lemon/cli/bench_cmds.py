@@ -8,18 +8,34 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markdown import Markdown
 from rich.markup import escape
 
 from lemon.bench.methods import method_help
+from lemon.cli.options import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_POOL,
+    DEFAULT_TEMPERATURE,
+    ApiKeyEnvOpt,
+    BaseUrlOpt,
+    DataDirOpt,
+    LimitOpt,
+    MaxTokensOpt,
+    ModelOpt,
+    NoCacheOpt,
+    PoolOpt,
+    StoreOpt,
+    TemperatureOpt,
+    check_worker_options,
+    consoles,
+    opt,
+)
 from lemon.errors import LemonError
 
 _METHOD_HELP = method_help()
-_STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
 _COMPARE_HELP = ("Paired exact McNemar test of two methods (or run ids), e.g. --compare cot,sc-cot; repeat it "
                  "for more pairs. `--compare vanilla,best` pairs vanilla with the most accurate other method.")
 
@@ -34,38 +50,35 @@ def _parse_shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-def _consoles() -> tuple[Console, Console]:
-    """The CLI's shared consoles (imported lazily: lemon.cli.main imports this module to register it)."""
-    from lemon.cli.main import console, err_console
-
-    return console, err_console
-
-
 def eval_cmd(
     benchmark: Annotated[str, typer.Argument(help="gsm8k, svamp, aqua, multiarith, mmlu or humaneval.")],
     method: Annotated[str, typer.Option("--method", "-m", help=_METHOD_HELP)],
     split: Annotated[str | None, typer.Option(help="Split (default: the evaluation split).")] = None,
-    limit: Annotated[int | None, typer.Option(help="The first N items of the split, in order.")] = None,
+    limit: LimitOpt = None,
     seeds: Annotated[int, typer.Option(help="Seeds 0..K-1; each is a sampled replicate.")] = 1,
-    pool: Annotated[str, typer.Option("--pool", help="Pool: cpu, tiny, or a pool YAML file.")] = "cpu",
-    level: Annotated[str, typer.Option(help="Capacity level of every baseline agent.")] = "medium",
+    pool: PoolOpt = DEFAULT_POOL,
+    level: Annotated[str | None, typer.Option(help="Capacity level of every agent of a fixed baseline "
+                                                    "(default medium); the other methods pick levels.")] = None,
     concurrency: Annotated[int, typer.Option(help="(item, seed) runs in flight at once.")] = 4,
-    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
-    temperature: Annotated[float, typer.Option(help="Worker sampling temperature; 0 = greedy.")] = 0.7,
-    max_tokens: Annotated[int | None, typer.Option(help="Max new tokens per agent call.")] = None,
+    store: StoreOpt = None,
+    data_dir: DataDirOpt = None,
+    temperature: TemperatureOpt = DEFAULT_TEMPERATURE,
+    max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS,
     agents: Annotated[int | None, typer.Option(help="Agents in sc-cot/chain/complete/random.")] = None,
     budget_tokens: Annotated[int | None, typer.Option(help="Cap on worker tokens per item.")] = None,
     budget_tokens_total: Annotated[int | None, typer.Option(
         help="Cap on the tokens of the whole run (workers and orchestrator, earlier invocations included); "
              "items it cannot pay for are not computed (exit 4); a larger cap resumes.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")] = None,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+    no_cache: NoCacheOpt = False,
     retry_errors: Annotated[bool, typer.Option("--retry-errors",
                                                help="Recompute items stored with status error.")] = False,
     ray: Annotated[str | None, typer.Option("--ray", help="Run on Ray: local, auto, or an address.")] = None,
     shard: Annotated[str | None, typer.Option(help="I/N: only every N-th pending item from I (parallel "
                                                    "processes filling one store).")] = None,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
 ) -> None:
     """Evaluate METHOD on BENCHMARK; results are stored per item as they finish, and re-running resumes.
 
@@ -77,29 +90,71 @@ def eval_cmd(
     from lemon.bench.item import EvalSettings
     from lemon.bench.methods import resolve_method
     from lemon.cli.progress import eval_progress_bar
+    from lemon.cli.session import endpoint_pool
 
-    console, err_console = _consoles()
-    settings = EvalSettings(benchmark=benchmark, method=resolve_method(method), level=level, pool=pool,
-                            temperature=temperature, max_tokens=max_tokens, n_agents=agents,
-                            budget_tokens=budget_tokens, call_timeout_s=timeout, cache=not no_cache)
+    console, err_console = consoles()
+    check_worker_options(max_tokens=max_tokens, temperature=temperature)
+    pool = endpoint_pool(pool, model, base_url, api_key_env)
+    settings = EvalSettings(benchmark=benchmark, method=resolve_method(method), level=_eval_level(method, level, pool),
+                            pool=pool, temperature=temperature, max_tokens=_identity_max_tokens(pool, max_tokens),
+                            n_agents=agents, budget_tokens=budget_tokens, call_timeout_s=timeout, cache=not no_cache)
     plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir)
     execution = Execution(concurrency=concurrency, ray_address=ray, shard=_parse_shard(shard),
                           budget_tokens_total=budget_tokens_total, retry_errors=retry_errors)
     with eval_progress_bar(err_console) as on_progress:
         summary = asyncio.run(evaluate(settings, plan, store=store, execution=execution, on_progress=on_progress))
-    # The lines are rich markup around user-given text (a trained:PATH method, a pool file, --store): escape it.
-    shown = dataclasses.replace(summary, method=escape(summary.method), pool=escape(summary.pool),
-                                store_path=escape(str(summary.store_path)))
-    for line in summary_lines(shown):
-        console.print(line, highlight=False)
+    _print_summary(console, summary, summary_lines)
     code = exit_status(summary)
     if code:
         raise typer.Exit(code)
 
 
+def _print_summary(console: Any, summary: Any, summary_lines: Any) -> None:
+    """The summary lines are rich markup around user-given text (a trained:PATH method, a pool file, --store):
+    that text is escaped. A method that chooses its levels shows no `--level`."""
+    shown = dataclasses.replace(summary, method=escape(summary.method), pool=escape(summary.pool),
+                                store_path=escape(str(summary.store_path)),
+                                level=summary.level if _uses_level(summary.method) else "chosen by the method")
+    for line in summary_lines(shown):
+        console.print(line, highlight=False)
+
+
+def _uses_level(method: str) -> bool:
+    """Only a fixed baseline puts every agent at one `--level`; orchestrators choose levels per agent.
+    (To become `resolve_method(method).uses_level` once bench/methods.py exists.)"""
+    from lemon.bench.baselines import method_names
+
+    return method in method_names()
+
+
+def _eval_level(method: str, level: str | None, pool: str) -> str:
+    """The level the run is stored under: `--level` (default medium) for a baseline. For the other methods
+    an explicit `--level` is refused (it would change nothing but the run id); they are stored under `medium`
+    as before (their run ids stay), or the pool's first level when it has no `medium` (the library checks
+    the level against the pool whatever the method)."""
+    from lemon.llm.pools import pool_level_names
+
+    if _uses_level(method):
+        return level or "medium"
+    if level is not None:
+        raise LemonError(f"--level applies to the fixed baselines; method {method!r} chooses the level of each "
+                         "agent itself: drop --level")
+    levels = pool_level_names(pool)
+    return "medium" if "medium" in levels else levels[0]
+
+
+def _identity_max_tokens(pool: str, max_tokens: int) -> int | None:
+    """What goes into the run's identity: None ("the pool's default", as runs stored before --max-tokens had
+    one default) when the pool's default is that value anyway, so those runs still resume; the value when it
+    differs (e.g. `tiny`, whose 128 is now 384: its results change, and so does its run id)."""
+    from lemon.llm.pools import read_pool_config
+
+    return None if read_pool_config(pool).defaults.max_tokens == max_tokens else max_tokens
+
+
 def report_cmd(
-    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
-    out: Annotated[Path | None, typer.Option(help="Write the markdown here, e.g. docs/results.md.")] = None,
+    store: StoreOpt = None,
+    out: Annotated[Path | None, opt("out", help="Write the markdown here, e.g. docs/results.md.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write accuracy-vs-tokens PNG, e.g. docs/x.png.")] = None,
     compare: Annotated[list[str] | None, typer.Option(help=_COMPARE_HELP)] = None,
 ) -> None:
@@ -108,7 +163,7 @@ def report_cmd(
     from lemon.bench.store import ResultsStore, default_store_path
     from lemon.errors import LemonError
 
-    console, _ = _consoles()
+    console = consoles().out
     path = store or default_store_path()
     if not path.exists():
         raise LemonError(f"no results store at {path}; run `lemon eval` first or pass --store")

@@ -13,53 +13,68 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.logging import RichHandler
 from rich.markup import escape
 
+from lemon.cli.options import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_POOL,
+    DEFAULT_TEMPERATURE,
+    ApiKeyEnvOpt,
+    BaseUrlOpt,
+    LemonTyper,
+    MaxTokensOpt,
+    ModelOpt,
+    NoCacheOpt,
+    PoolOpt,
+    SeedOpt,
+    TemperatureOpt,
+    check_task,
+    check_worker_options,
+    consoles,
+    opt,
+)
 from lemon.errors import LemonError
 
-app = typer.Typer(
+app = LemonTyper(
     name="lemon",
     help="LEMON: write an executable multi-agent spec for a task, run it, evaluate it, train the writer.",
     no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
 
-PoolOpt = Annotated[str, typer.Option("--pool", help="Capacity pool: cpu, tiny, or a pool YAML file.")]
+
+def _print_version(value: bool) -> None:
+    if value:
+        from lemon import __version__
+
+        consoles().out.print(f"lemon {__version__}", markup=False, highlight=False)
+        raise typer.Exit()
 
 
 @app.callback()
 def _configure(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show debug logs.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print LEMON's version and exit.", is_eager=True,
+                                          callback=_print_version)] = False,
 ) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.WARNING,
         format="%(message)s",
-        handlers=[RichHandler(console=err_console, show_path=False, show_time=False)],
+        handlers=[RichHandler(console=consoles().err, show_path=False, show_time=False)],
     )
 
 
-def _run_async(coro):  # type: ignore[no-untyped-def]
-    return asyncio.run(coro)
-
-
-MaxTokensOpt = Annotated[int, typer.Option(help="Max new tokens per agent call.")]
 BudgetOpt = Annotated[int | None, typer.Option(help="Cap on the run's tokens: orchestrator and workers.")]
 TimeoutOpt = Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")]
-SeedOpt = Annotated[int, typer.Option(help="Seed for sampled calls.")]
-TraceDirOpt = Annotated[Path | None, typer.Option(help="Where to save the trace JSON.")]
-NoCacheOpt = Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")]
+TraceOutOpt = Annotated[Path | None, opt("out", help="Folder for the trace JSON (default LEMON_HOME/runs).")]
 
 
-def _check_run_options(max_tokens: int, budget_tokens: int | None, timeout: float | None) -> None:
+def _check_run_options(max_tokens: int, budget_tokens: int | None, timeout: float | None,
+                       temperature: float) -> None:
     """Usage errors for values a backend would read as "unlimited" (0, -1) or that cannot be met."""
     from lemon.runtime.budget import check_positive_int, check_timeout
 
-    check_positive_int("--max-tokens", max_tokens)
+    check_worker_options(max_tokens=max_tokens, temperature=temperature)
     check_positive_int("--budget-tokens", budget_tokens)
     check_timeout("--timeout", timeout)
 
@@ -67,81 +82,91 @@ def _check_run_options(max_tokens: int, budget_tokens: int | None, timeout: floa
 @app.command()
 def run(
     task: Annotated[str, typer.Argument(help="The task, e.g. a GSM8K-style question.")],
-    pool: PoolOpt = "cpu",
+    pool: PoolOpt = DEFAULT_POOL,
     orchestrator: Annotated[
         str, typer.Option(help="Who writes the spec: 'template' (the measured default teams, no model call), "
                                "'prompted' (a pool model under a JSON schema), or a trained policy (HF dir, "
                                "run dir or .gguf).")
     ] = "template",
-    level: Annotated[str | None, typer.Option(help="Pool level that writes the spec for 'prompted' "
-                                                    "(default: strongest).")] = None,
-    temperature: Annotated[float, typer.Option(help="Worker sampling temperature (as lemon eval; a vote "
-                                                    "needs samples that differ).")] = 0.7,
-    max_tokens: MaxTokensOpt = 384,
+    level: Annotated[str | None, typer.Option(help="Pool level that writes the spec (only with --orchestrator "
+                                                    "prompted; default: the strongest).")] = None,
+    temperature: TemperatureOpt = DEFAULT_TEMPERATURE,
+    max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS,
     budget_tokens: BudgetOpt = None,
     timeout: TimeoutOpt = None,
     seed: SeedOpt = 0,
-    trace_dir: TraceDirOpt = None,
+    out: TraceOutOpt = None,
     no_cache: NoCacheOpt = False,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
 ) -> None:
     """Orchestrate TASK into a spec, execute it, and show the spec, the answer and tokens per agent."""
-    from lemon.cli.session import RunOptions, run_task
+    from lemon.cli.session import RunOptions, endpoint_pool, run_task
 
-    _check_run_options(max_tokens, budget_tokens, timeout)
-    if not 0.0 <= temperature <= 2.0:
-        raise LemonError(f"--temperature must be in [0, 2], got {temperature}")
-    opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, trace_dir, cache=not no_cache,
+    check_task(task)
+    _check_run_options(max_tokens, budget_tokens, timeout, temperature)
+    pool = endpoint_pool(pool, model, base_url, api_key_env)
+    opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, out, cache=not no_cache,
                       temperature=temperature)
-    _run_async(run_task(console, task, opts, orchestrator=orchestrator, level=level))
+    asyncio.run(run_task(consoles().out, task, opts, orchestrator=orchestrator, level=level))
 
 
 @app.command("exec")
 def exec_(
     spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
     task: Annotated[str, typer.Argument(help="The task text.")],
-    pool: PoolOpt = "cpu",
-    max_tokens: MaxTokensOpt = 384,
+    pool: PoolOpt = DEFAULT_POOL,
+    temperature: TemperatureOpt = DEFAULT_TEMPERATURE,
+    max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS,
     budget_tokens: BudgetOpt = None,
     timeout: TimeoutOpt = None,
     seed: SeedOpt = 0,
-    trace_dir: TraceDirOpt = None,
+    out: TraceOutOpt = None,
     no_cache: NoCacheOpt = False,
+    model: ModelOpt = None,
+    base_url: BaseUrlOpt = None,
+    api_key_env: ApiKeyEnvOpt = None,
 ) -> None:
     """Execute an existing SPEC on TASK."""
-    from lemon.cli.session import RunOptions, exec_spec
+    from lemon.cli.session import RunOptions, endpoint_pool, exec_spec
 
-    _check_run_options(max_tokens, budget_tokens, timeout)
-    opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, trace_dir, cache=not no_cache)
-    _run_async(exec_spec(console, spec, task, opts))
+    check_task(task)
+    _check_run_options(max_tokens, budget_tokens, timeout, temperature)
+    pool = endpoint_pool(pool, model, base_url, api_key_env)
+    opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, out, cache=not no_cache,
+                      temperature=temperature)
+    asyncio.run(exec_spec(consoles().out, spec, task, opts))
 
 
 @app.command()
 def validate(
     spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
-    pool: PoolOpt = "cpu",
+    pool: PoolOpt = DEFAULT_POOL,
 ) -> None:
-    """Check SPEC against the schema, the role library and the pool's capacity levels."""
+    """Check SPEC against the schema, the role library and the pool's capacity levels; list every problem."""
     from lemon.cli.session import validate_file
 
-    validate_file(console, spec, pool)
+    validate_file(consoles().out, spec, pool)
 
 
 @app.command()
 def models(
-    pool: PoolOpt = "cpu",
+    pool: PoolOpt = DEFAULT_POOL,
     verify: Annotated[bool, typer.Option("--verify", help="Re-hash every file (trust no stored stamp).")] = False,
 ) -> None:
-    """Show which model files are installed and sha256-verified."""
+    """Show the model files of POOL's levels: installed, sha256-verified, size."""
     from lemon.cli.session import show_models
 
-    show_models(console, pool, verify=verify)
+    show_models(consoles().out, pool, verify=verify)
 
 
 def _register_layers() -> None:
     """Commands of the benchmark layer live next to it (`bench_cmds.py`); they register themselves here."""
-    from lemon.cli import bench_cmds, train_cmds, view_cmds
+    from lemon.cli import bench_cmds, runs_cmds, train_cmds, view_cmds
 
     bench_cmds.register(app)
+    runs_cmds.register(app)
     train_cmds.register(app)
     view_cmds.register(app)
 
@@ -159,10 +184,10 @@ def main() -> None:
         app(prog_name="lemon")
     except LemonError as exc:
         # The message quotes user and model text (agent names, paths): markup in it is shown, not applied.
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        consoles().err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        err_console.print("interrupted")
+    except KeyboardInterrupt:  # outside a command (LemonCommand says what a command keeps)
+        consoles().err.print("interrupted", highlight=False)
         sys.exit(130)
 
 

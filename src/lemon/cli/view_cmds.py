@@ -17,15 +17,17 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lemon.cli.options import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_POOL,
+    DataDirOpt,
+    LemonTyper,
+    NoCacheOpt,
+    StoreOpt,
+    consoles,
+    opt,
+)
 from lemon.errors import LemonError
-
-_STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
-
-
-def _consoles() -> tuple[Console, Console]:
-    from lemon.cli.main import console, err_console
-
-    return console, err_console
 
 
 def _store_path(store: Path | None) -> Path:
@@ -41,17 +43,19 @@ def trace_cmd(
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
     item_id: Annotated[str | None, typer.Argument(help="Item id, e.g. multiarith/12 (or 12); omit to list the "
                                                         "run's items.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the replicate.")] = 0,
-    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    seed: Annotated[int, opt("seed", help="Seed of the replicate.")] = 0,
+    store: StoreOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (the row, the agents, the raw trace).")] = False,
-    out: Annotated[Path | None, typer.Option(help="Write the JSON here instead of printing.")] = None,
+    out: Annotated[Path | None, opt("out", help="Write the JSON here instead of printing.")] = None,
 ) -> None:
-    """One evaluated item: the task, gold, prediction, each agent's prompt, output, model and tokens, the stop
-    event; without ITEM_ID, the run's items."""
+    """One evaluated item: task, gold, prediction, each agent's prompt, output and tokens; or the run's items.
+
+    With ITEM_ID: the task, gold, prediction, each agent's prompt, output, model and tokens, and the stop event;
+    without it, the run's items."""
     from lemon.bench.itemview import item_payload, resolve_item
     from lemon.bench.store import open_existing_store
 
-    console, _ = _consoles()
+    console = consoles().out
     with open_existing_store(_store_path(store)) as db:
         run = db.resolve_run(run_id)
         if item_id is None:
@@ -164,21 +168,24 @@ def _agent_panel(a: dict[str, Any]) -> Panel:
 def explain_cmd(
     target: Annotated[str, typer.Argument(help="A run id (or unique prefix) of the store, or a spec file.")],
     item: Annotated[str, typer.Argument(help="The item id of the run (e.g. multiarith/12), or the task text.")],
-    seed: Annotated[int, typer.Option(help="Seed of the replicate (or of the spec's run).")] = 0,
-    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    seed: Annotated[int, opt("seed", help="Seed of the replicate (or of the spec's run).")] = 0,
+    store: StoreOpt = None,
     max_edits: Annotated[int | None, typer.Option(help="Run at most this many edits.")] = None,
     budget_tokens: Annotated[int | None, typer.Option(help="Skip edits once their estimated worker tokens "
                                                            "would pass this.")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
-    pool: Annotated[str, typer.Option("--pool", help="Pool for a spec file (a run uses its own).")] = "cpu",
+    data_dir: DataDirOpt = None,
+    pool: Annotated[str, opt("pool", help="Pool for a spec file (a run uses its own).")] = DEFAULT_POOL,
     gold: Annotated[str | None, typer.Option(help="Gold number for a spec file's task (scores the edits).")] = None,
-    max_tokens: Annotated[int, typer.Option(help="Max new tokens per agent call (spec file).")] = 384,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
+    max_tokens: Annotated[int, opt("max_tokens", help="Max new tokens per worker call (spec file; a run uses its "
+                                   "own).")] = DEFAULT_MAX_TOKENS,
+    no_cache: NoCacheOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the attribution as JSON.")] = False,
 ) -> None:
-    """Counterfactual attribution: re-run every applicable single-field edit (edge deleted, duty reverted, capacity
-    lowered) and show how each changes correctness and tokens. Stored with the run."""
-    console, err = _consoles()
+    """Counterfactual attribution: how each single-field edit of the spec changes correctness and tokens.
+
+    Re-runs every applicable single-field edit (edge deleted, duty reverted, capacity lowered) and shows how
+    each changes correctness and tokens. Stored with the run."""
+    console, err = consoles()
 
     def on_plan(att: Any) -> None:
         n, tokens, calls = att.estimate()
@@ -291,12 +298,12 @@ def view_cmd(
     target: Annotated[str | None, typer.Argument(
         help="A results store file, a run id (or prefix) of --store, or a `lemon train` run directory; "
              "default: the default store.")] = None,
-    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    store: StoreOpt = None,
     item: Annotated[str | None, typer.Option(help="Open the page on this item of the run.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of --item.")] = 0,
+    seed: Annotated[int, opt("seed", help="Seed of --item.")] = 0,
     train: Annotated[list[Path] | None, typer.Option(help="Also show this `lemon train` run directory.")] = None,
     max_traces: Annotated[int, typer.Option(help="Traces embedded per run (the rest are listed, not shown).")] = 300,
-    out: Annotated[Path, typer.Option(help="The HTML file to write.")] = Path("lemon-view.html"),
+    out: Annotated[Path, opt("out", help="The HTML file to write.")] = Path("lemon-view.html"),
 ) -> None:
     """Write a self-contained HTML page (works offline) showing runs, items, DAGs, diffs, attributions, training."""
     from lemon.bench.itemview import resolve_item
@@ -304,7 +311,7 @@ def view_cmd(
     from lemon.bench.view import write_atomic
     from lemon.bench.view.build import store_page, training_page
 
-    console, _ = _consoles()
+    console = consoles().out
     if max_traces < 0:
         raise LemonError("--max-traces must be 0 or more")
     train_dirs = [Path(d) for d in train or ()]
@@ -330,7 +337,7 @@ def view_cmd(
 
 # ---- lemon export ---------------------------------------------------------------------------------------
 
-export_app = typer.Typer(help="Export stored runs: OpenTelemetry (OTLP/HTTP), an Inspect eval log, or a CSV table.",
+export_app = LemonTyper(help="Export stored runs: OpenTelemetry (OTLP/HTTP), an Inspect eval log, or a CSV table.",
                          no_args_is_help=True)
 
 
@@ -343,7 +350,7 @@ def export_otel_cmd(
     include_content: Annotated[bool, typer.Option("--include-content",
                                                   help="Add prompts and outputs as gen_ai.*.messages.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds per request to the endpoint.")] = 10.0,
-    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    store: StoreOpt = None,
 ) -> None:
     """One OTel trace per item: a root span, an invoke_agent span per agent, chat spans with GenAI attributes."""
     try:
@@ -353,7 +360,7 @@ def export_otel_cmd(
                          "pip install -e '.[export]'") from None
     from lemon.bench.store import open_existing_store
 
-    console, _ = _consoles()
+    console = consoles().out
     with open_existing_store(_store_path(store)) as db:
         run = db.resolve_run(run_id)
         n = export_otel(db, run, endpoint, item_ids=item or None, include_content=include_content, timeout=timeout)
@@ -363,14 +370,14 @@ def export_otel_cmd(
 @export_app.command("inspect")
 def export_inspect_cmd(
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
-    out: Annotated[Path, typer.Option(help="The Inspect log file to write (.eval or .json).")],
-    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    out: Annotated[Path, opt("out", help="The Inspect log file to write (.eval or .json).")],
+    store: StoreOpt = None,
 ) -> None:
     """An evaluation run as an Inspect eval log (open it with `inspect view`)."""
     from lemon.bench.export_inspect import write_inspect_log
     from lemon.bench.store import open_existing_store
 
-    console, _ = _consoles()
+    console = consoles().out
     with open_existing_store(_store_path(store)) as db:
         run = db.resolve_run(run_id)
         n = write_inspect_log(db, run, out)
@@ -379,15 +386,15 @@ def export_inspect_cmd(
 
 @export_app.command("csv")
 def export_csv_cmd(
-    out: Annotated[Path, typer.Option(help="The CSV file to write.")],
+    out: Annotated[Path, opt("out", help="The CSV file to write.")],
     run_ids: Annotated[list[str] | None, typer.Argument(help="Run ids or prefixes (default: every run).")] = None,
-    store: Annotated[Path | None, typer.Option(help=_STORE_HELP)] = None,
+    store: StoreOpt = None,
 ) -> None:
     """One row per (run, item, seed): correctness, prediction, gold, tokens, status, latency."""
     from lemon.bench.export_table import write_results_csv
     from lemon.bench.store import open_existing_store
 
-    console, _ = _consoles()
+    console = consoles().out
     with open_existing_store(_store_path(store)) as db:
         runs = [db.resolve_run(r) for r in run_ids] if run_ids else db.runs()
         n = write_results_csv(db, runs, out)

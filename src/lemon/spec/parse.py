@@ -142,9 +142,9 @@ def read_spec_file(path: Path) -> str:
         raise SpecError(f"spec file {path} is not UTF-8 text ({exc.reason})") from None
 
 
-def describe_validation_error(exc: ValidationError, data: Any) -> str:
-    """The first pydantic error as one line that names the agent and the field."""
-    err = exc.errors()[0]
+def describe_validation_error(exc: ValidationError, data: Any, index: int = 0) -> str:
+    """The `index`-th (default: first) pydantic error as one line that names the agent and the field."""
+    err = exc.errors()[index]
     loc = list(err["loc"])
     where = "spec"
     if len(loc) >= 2 and loc[0] == "agents" and isinstance(loc[1], int):
@@ -169,8 +169,8 @@ def describe_validation_error(exc: ValidationError, data: Any) -> str:
     return f"{where}, field {field}: {_one_line(msg)[:200]}"
 
 
-def parse_spec(text: str) -> Spec:
-    """Parse spec text into a `Spec` (schema and bounds checked; graph checks are in `validate`)."""
+def spec_data(text: str) -> dict[str, Any]:
+    """Spec text as the mapping the schema checks (YAML/JSON read under the bounds, blank fields normalised)."""
     data = load_data(text)
     if not isinstance(data, dict):
         raise SpecError(f"a spec must be a mapping with 'agents', got {type(data).__name__}")
@@ -181,6 +181,12 @@ def parse_spec(text: str) -> Spec:
                 a["depends_on"] = []
             if isinstance(a, dict) and a.get("duty", "") is None:
                 a["duty"] = ""
+    return data
+
+
+def parse_spec(text: str) -> Spec:
+    """Parse spec text into a `Spec` (schema and bounds checked; graph checks are in `validate`)."""
+    data = spec_data(text)
     try:
         return Spec.model_validate(data)
     except ValidationError as exc:

@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+
+from pydantic import ValidationError
 
 from lemon.errors import SpecError
 from lemon.spec.model import Spec
-from lemon.spec.parse import parse_spec
+from lemon.spec.parse import describe_validation_error, parse_spec, spec_data
 from lemon.spec.roles import RoleLibrary
 
 
@@ -61,28 +63,35 @@ def _duplicates(values: Iterable[str]) -> list[str]:
     return sorted({v for v in values if v in seen or seen.add(v)})  # type: ignore[func-returns-value]
 
 
-def validate_spec(spec: Spec, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
-    """Check names, references, roles, capacities, acyclicity and the output agent; return it normalised."""
+def _agent_problems(spec: Spec, roles: RoleLibrary, levels: Sequence[str]) -> Iterator[str]:
+    """Every name, reference, role and capacity problem, agent by agent, in spec order."""
     if dup := _duplicates(spec.names):
-        raise SpecError(f"duplicate agent name {dup[0]!r}; every agent needs a unique name")
+        yield f"duplicate agent name {dup[0]!r}; every agent needs a unique name"
     known = set(spec.names)
     for a in spec.agents:
         if a.role not in roles:
-            raise SpecError(f"agent {a.name!r}, field role: unknown base role {a.role!r}; "
-                            f"known roles: {', '.join(roles.names)}")
+            yield f"agent {a.name!r}, field role: unknown base role {a.role!r}; known roles: {', '.join(roles.names)}"
         if a.capacity not in levels:
-            raise SpecError(f"agent {a.name!r}, field capacity: unknown level {a.capacity!r}; "
-                            f"this pool has: {', '.join(levels)}")
+            yield (f"agent {a.name!r}, field capacity: unknown level {a.capacity!r}; "
+                   f"this pool has: {', '.join(levels)}")
         if a.name in a.depends_on:
-            raise SpecError(f"agent {a.name!r}, field depends_on: an agent cannot depend on itself")
+            yield f"agent {a.name!r}, field depends_on: an agent cannot depend on itself"
         if dup := _duplicates(a.depends_on):
-            raise SpecError(f"agent {a.name!r}, field depends_on: {dup[0]!r} is listed twice")
+            yield f"agent {a.name!r}, field depends_on: {dup[0]!r} is listed twice"
         for p in a.depends_on:
             if p not in known:
-                raise SpecError(f"agent {a.name!r}, field depends_on: no agent is named {p!r}")
-        if roles[a.role].kind == "vote" and not a.depends_on:
-            raise SpecError(f"agent {a.name!r}: role {a.role!r} votes over its parents, so it needs depends_on")
+                yield f"agent {a.name!r}, field depends_on: no agent is named {p!r}"
+        if a.role in roles and roles[a.role].kind == "vote" and not a.depends_on:
+            yield f"agent {a.name!r}: role {a.role!r} votes over its parents, so it needs depends_on"
+
+
+def validate_spec(spec: Spec, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
+    """Check names, references, roles, capacities, acyclicity and the output agent; return it normalised.
+    Raises on the first problem (`spec_problems` lists them all)."""
+    for problem in _agent_problems(spec, roles, levels):
+        raise SpecError(problem)
     topological_order(spec)
+    known = set(spec.names)
     if spec.output is not None:
         if spec.output not in known:
             raise SpecError(f"field output: no agent is named {spec.output!r}; name the final agent")
@@ -92,6 +101,30 @@ def validate_spec(spec: Spec, roles: RoleLibrary, levels: Sequence[str]) -> Spec
         raise SpecError(f"field output: missing, and the spec has {len(sinks)} final agents "
                         f"({', '.join(sinks)}); add 'output: <name>'")
     return spec.model_copy(update={"output": sinks[0]})
+
+
+def spec_problems(text: str, roles: RoleLibrary, levels: Sequence[str]) -> list[str]:
+    """EVERY problem of spec text (`lemon validate` lists them; `load_spec` stops at the first): all schema
+    errors, else all agent problems, else the graph's (cycle, output). Unreadable text is one problem."""
+    try:
+        data = spec_data(text)
+    except SpecError as exc:
+        return [str(exc)]
+    try:
+        spec = Spec.model_validate(data)
+    except ValidationError as exc:
+        locs = [tuple(e["loc"]) for e in exc.errors()]
+        # A container's error caused by an error inside it (`agents` too short once an agent failed) is noise.
+        return [describe_validation_error(exc, data, i) for i, loc in enumerate(locs)
+                if not any(len(other) > len(loc) and other[:len(loc)] == loc for other in locs)]
+    problems = list(_agent_problems(spec, roles, levels))
+    if problems:
+        return problems  # the graph checks below assume every reference resolves
+    try:
+        validate_spec(spec, roles, levels)
+    except SpecError as exc:
+        return [str(exc)]
+    return []
 
 
 def load_spec(text: str, roles: RoleLibrary, levels: Sequence[str]) -> Spec:

@@ -1,0 +1,206 @@
+"""The command line's one dialect: every option that several commands share is declared here, once.
+
+Why: the options had grown command by command (`--limit` vs `--limit-tasks` vs `--n-train`, `--max-tokens`
+vs `--max-new-tokens`, `--pool` defaulting to `tiny` in one place), so the same idea had several names,
+meanings and defaults. Now a command takes `opt("pool")` (or `PoolOpt`) and gets the one spelling, help and
+default; `tests/cli/test_dialect.py` walks every command and fails on a second spelling. The old spellings
+still work (hidden, with a one-line notice) so existing scripts keep running.
+
+Also here: the console pair every command prints through, and the command classes that keep the help clean
+(no `<bool>` after a flag, `TASK` rather than `{task}`) and turn Ctrl-C into one line that says what is kept.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, NamedTuple
+
+import typer
+from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
+
+from lemon.errors import LemonError
+
+DEFAULT_POOL = "cpu"
+# One worker generation limit for run, exec, eval and explain. The `tiny` pool's own default (128) cut
+# chain-of-thought answers mid-sentence in `eval` while `run` and `exec` used 384 on the same pool.
+DEFAULT_MAX_TOKENS = 384
+DEFAULT_TEMPERATURE = 0.7  # as lemon.bench.evaluate.DEFAULT_TEMPERATURE (a test keeps them equal)
+
+STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
+
+
+class Shared(NamedTuple):
+    flag: str
+    help: str
+
+
+# Parameter name -> its one flag and default help. A command may word the help for its context (`help=`),
+# never the flag.
+SHARED: dict[str, Shared] = {
+    "pool": Shared("--pool", "Capacity pool: cpu, tiny, or a pool YAML file."),
+    "no_cache": Shared("--no-cache", "Bypass the persistent LLM cache."),
+    "data_dir": Shared("--data-dir", "Benchmark data (default LEMON_DATA_DIR)."),
+    "threads": Shared("--threads", "torch CPU threads."),
+    "seed": Shared("--seed", "Seed for sampled calls."),
+    "max_tokens": Shared("--max-tokens", f"Max new tokens per worker (agent) call; default {DEFAULT_MAX_TOKENS} "
+                                         "for every pool."),
+    "policy_max_tokens": Shared("--policy-max-tokens", "Max new tokens of the policy writing one spec."),
+    "temperature": Shared("--temperature", "Worker sampling temperature in [0, 2]; 0 = greedy (a vote needs "
+                                           "samples that differ)."),
+    "limit": Shared("--limit", "Use the first N items of the split, in order."),
+    "store": Shared("--store", STORE_HELP),
+    "out": Shared("--out", "Where to write the output."),
+    "model": Shared("--model", "Try one OpenAI-compatible endpoint without a pool file: the model name it "
+                               "serves (with --base-url); every level of the pool is that model."),
+    "base_url": Shared("--base-url", "The endpoint of --model, e.g. http://127.0.0.1:8080/v1."),
+    "api_key_env": Shared("--api-key-env", "Environment variable holding the API key of --base-url."),
+}
+
+# Old spelling -> the one spelling (accepted, hidden from help, with a one-line notice).
+RENAMED: dict[str, str] = {
+    "--limit-tasks": "--limit",
+    "--n-train": "--limit",
+    "--max-new-tokens": "--policy-max-tokens",
+    "--run-dir": "--out",
+    "--trace-dir": "--out",
+}
+
+# What Ctrl-C leaves behind, per command (the line printed on exit 130).
+INTERRUPTED: dict[str, str] = {
+    "eval": "every finished item is saved in the results store; re-run the same command to resume",
+    "train": "the last checkpoint is kept; re-run the same command with --resume to continue",
+    "sft": "the teacher's calls are in the LLM cache; re-run the same command to continue cheaply",
+    "explain": "the edits already run are in the LLM cache; re-run the same command to continue cheaply",
+}
+
+
+def opt(name: str, *, help: str | None = None, **kwargs: Any) -> Any:
+    """The `typer.Option` of shared option `name` (one flag everywhere); `help` rewords it for a command."""
+    shared = SHARED[name]
+    return typer.Option(shared.flag, help=help or shared.help, **kwargs)
+
+
+PoolOpt = Annotated[str, opt("pool")]
+NoCacheOpt = Annotated[bool, opt("no_cache")]
+DataDirOpt = Annotated[Path | None, opt("data_dir")]
+ThreadsOpt = Annotated[int, opt("threads")]
+SeedOpt = Annotated[int, opt("seed")]
+MaxTokensOpt = Annotated[int, opt("max_tokens")]
+PolicyMaxTokensOpt = Annotated[int | None, opt("policy_max_tokens")]
+TemperatureOpt = Annotated[float, opt("temperature")]
+LimitOpt = Annotated[int | None, opt("limit")]
+StoreOpt = Annotated[Path | None, opt("store")]
+ModelOpt = Annotated[str | None, opt("model")]
+BaseUrlOpt = Annotated[str | None, opt("base_url")]
+ApiKeyEnvOpt = Annotated[str | None, opt("api_key_env")]
+
+
+class Consoles(NamedTuple):
+    out: Console
+    err: Console
+
+
+@functools.cache
+def consoles() -> Consoles:
+    """The one stdout/stderr console pair of the CLI (made on first use; the log handler prints through `err`)."""
+    return Consoles(Console(), Console(stderr=True))
+
+
+def check_worker_options(*, max_tokens: int | None = None, temperature: float | None = None) -> None:
+    """Usage errors for values a backend would read as "unlimited" (0, -1) or cannot honour."""
+    from lemon.runtime.budget import check_positive_int
+
+    check_positive_int("--max-tokens", max_tokens)
+    if temperature is not None and not 0.0 <= temperature <= 2.0:
+        raise LemonError(f"--temperature must be in [0, 2], got {temperature}")
+
+
+def check_task(task: str) -> str:
+    """An empty (or blank) task is a usage error, not a run that spends calls on nothing."""
+    if not task.strip():
+        raise LemonError("the task is empty; pass the task text, e.g. lemon run \"What is 12 * 7?\"")
+    return task
+
+
+# ---- the command classes: clean help, renamed options, Ctrl-C ---------------------------------------------
+
+
+def renamed_args(args: Sequence[str], console: Console) -> list[str]:
+    """`args` with every old spelling (RENAMED) replaced by the one spelling, each noticed once on stderr."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + list(args[i:])
+        old, eq, value = arg.partition("=")
+        new = RENAMED.get(old)
+        if new is None:
+            out.append(arg)
+            continue
+        console.print(f"note: {old} is now {new} (the old spelling will be removed)", markup=False,
+                      highlight=False)
+        out.append(new + eq + value)
+    return out
+
+
+def _tidy_params(params: Sequence[Any]) -> None:
+    """A flag takes no value, so its help shows no type; an argument reads as TASK, not {task}."""
+    for p in params:
+        kind = getattr(p, "param_type_name", "")
+        if kind == "option" and getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+        elif kind == "argument" and p.metavar is None and p.name:
+            p.metavar = p.name.upper()
+
+
+class LemonCommand(TyperCommand):
+    """Every `lemon` command: the one dialect's parsing, clean help, and Ctrl-C as one line (exit 130)."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, renamed_args(args, consoles().err))
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        params = super().get_params(ctx)
+        _tidy_params(params)
+        return params
+
+    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for p in self.get_params(ctx):
+            if getattr(p, "param_type_name", "") == "argument":
+                name = str(p.metavar)
+                pieces.append((name if p.required else f"[{name}]") + ("..." if p.nargs != 1 else ""))
+        return pieces
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            kept = INTERRUPTED.get(self.name or "", "nothing was saved")
+            consoles().err.print(f"interrupted: {kept}", markup=False, highlight=False, soft_wrap=True)
+            raise typer.Exit(130) from None
+
+
+class LemonGroup(TyperGroup):
+    """The `lemon` app and its sub-apps: flags without a `<bool>` in the help."""
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        params = super().get_params(ctx)
+        _tidy_params(params)
+        return params
+
+
+class LemonTyper(typer.Typer):
+    """A Typer whose commands and groups are LEMON's (so no command can forget the dialect)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("cls", LemonGroup)
+        kwargs.setdefault("add_completion", False)
+        kwargs.setdefault("pretty_exceptions_enable", False)
+        super().__init__(**kwargs)
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("cls", LemonCommand)
+        return super().command(*args, **kwargs)

@@ -1,0 +1,105 @@
+"""`lemon runs`: list the runs of a results store (filtered by benchmark and method) and delete them.
+
+Before this, a stored run was visible only through `lemon report` and removable only with sqlite3 by hand.
+Everything goes through `ResultsStore`'s public methods; deleting asks for `--yes` and says what it removes.
+"""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from lemon.cli.options import LemonTyper, StoreOpt, consoles
+from lemon.errors import LemonError
+
+runs_app = LemonTyper(help="List and delete the runs of a results store (with their items and traces).",
+                      invoke_without_command=True)
+
+BenchmarkFilter = Annotated[str | None, typer.Option(help="Only runs of this benchmark.")]
+MethodFilter = Annotated[str | None, typer.Option("--method", "-m", help="Only runs of this method.")]
+
+
+def _store_path(store: Path | None) -> Path:
+    from lemon.bench.store import default_store_path
+
+    return store or default_store_path()
+
+
+def _selected(db: object, run_ids: list[str] | None, benchmark: str | None, method: str | None) -> list:  # type: ignore[type-arg]
+    """The runs named (ids or unique prefixes) or, without names, every run; then the filters."""
+    from lemon.bench.store import ResultsStore
+
+    assert isinstance(db, ResultsStore)
+    runs = [db.resolve_run(r) for r in run_ids] if run_ids else db.runs()
+    return [r for r in runs if (benchmark is None or r.benchmark == benchmark)
+            and (method is None or r.method == method)]
+
+
+@runs_app.callback()
+def _default(ctx: typer.Context, store: StoreOpt = None, benchmark: BenchmarkFilter = None,
+             method: MethodFilter = None) -> None:
+    """Without a subcommand: the same as `lemon runs list`."""
+    if ctx.invoked_subcommand is None:
+        list_cmd(store=store, benchmark=benchmark, method=method)
+
+
+@runs_app.command("list")
+def list_cmd(store: StoreOpt = None, benchmark: BenchmarkFilter = None, method: MethodFilter = None) -> None:
+    """One row per run: id, benchmark, split, method, pool, level, seeds, items stored of those requested."""
+    from lemon.bench.store import open_existing_store
+
+    path = _store_path(store)
+    with open_existing_store(path) as db:
+        runs = _selected(db, None, benchmark, method)
+        table = Table(title=Text(f"{len(runs)} run(s) in {path}"), title_justify="left")
+        for col in ("run", "benchmark", "split", "method", "pool", "level", "seeds", "stored", "updated"):
+            table.add_column(col, overflow="fold")
+        for r in runs:
+            updated = datetime.datetime.fromtimestamp(r.updated).strftime("%Y-%m-%d %H:%M")
+            table.add_row(*(Text(str(v)) for v in (
+                r.run_id, r.benchmark, r.split, r.method, r.pool, r.level, r.seeds,
+                f"{db.count(r.run_id)}/{r.n_items * r.seeds}", updated)))
+    consoles().out.print(table)
+
+
+@runs_app.command("delete")
+def delete_cmd(
+    run_ids: Annotated[list[str] | None, typer.Argument(help="Run ids or unique prefixes (default: every run "
+                                                             "the filters select).")] = None,
+    store: StoreOpt = None,
+    benchmark: BenchmarkFilter = None,
+    method: MethodFilter = None,
+    yes: Annotated[bool, typer.Option("--yes", help="Really delete (without it, only say what would go).")] = False,
+) -> None:
+    """Delete runs with their items, traces and attributions (asks for --yes).
+
+    With no RUN_IDS a filter is required (deleting a whole store is `rm` of the file)."""
+    from lemon.bench.store import open_existing_store
+
+    if not run_ids and benchmark is None and method is None:
+        raise LemonError("name the runs to delete (ids or prefixes) or select them with --benchmark/--method")
+    path = _store_path(store)
+    out = consoles().out
+    with open_existing_store(path) as db:
+        runs = _selected(db, run_ids, benchmark, method)
+        if not runs:
+            raise LemonError(f"no run in {path} matches; list them with `lemon runs --store {path}`")
+        items = sum(db.count(r.run_id) for r in runs)
+        if not yes:
+            for r in runs:
+                out.print(Text(f"would delete {r.run_id} ({r.benchmark} {r.method}, {db.count(r.run_id)} items)"))
+            raise LemonError(f"{len(runs)} run(s) with {items} item(s) would be deleted from {path}; "
+                             "add --yes to delete them")
+        deleted = sum(db.delete_run(r.run_id) for r in runs)
+    out.print(Text(f"deleted {len(runs)} run(s) and {deleted} item(s) from {path}"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add `runs` to the main CLI app (idempotent)."""
+    if "runs" not in {g.name for g in app.registered_groups}:
+        app.add_typer(runs_app, name="runs")

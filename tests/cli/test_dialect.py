@@ -1,0 +1,124 @@
+"""One dialect (issue 14, item 8): every command spells a shared option the same way, with the same default,
+the help is clean, old spellings still work with a notice, and `--version` exists."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from lemon.cli.main import app
+from lemon.cli.options import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_POOL,
+    DEFAULT_TEMPERATURE,
+    RENAMED,
+    SHARED,
+    renamed_args,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _commands() -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every (path, click command) of the app, groups included, depth first."""
+    root = typer.main.get_command(app)
+    stack: list[tuple[tuple[str, ...], Any]] = [((), root)]
+    while stack:
+        path, cmd = stack.pop()
+        yield path, cmd
+        for name, sub in sorted(getattr(cmd, "commands", {}).items()):
+            stack.append(((*path, name), sub))
+
+
+def _options(cmd: Any) -> list[Any]:
+    return [p for p in cmd.params if getattr(p, "param_type_name", "") == "option"]
+
+
+def test_every_command_spells_a_shared_option_the_same_way() -> None:
+    canonical = {s.flag: name for name, s in SHARED.items()}
+    seen: dict[str, set[str]] = {}
+    for path, cmd in _commands():
+        where = " ".join(("lemon", *path))
+        for p in _options(cmd):
+            flags = set(p.opts) | set(p.secondary_opts)
+            if p.name in SHARED:
+                assert p.opts == [SHARED[p.name].flag], f"{where}: {p.name} spelled {p.opts}"
+                seen.setdefault(p.name, set()).add(where)
+            for flag in flags:
+                assert canonical.get(flag, p.name) == p.name, f"{where}: {flag} means {p.name}, not {canonical[flag]}"
+                assert flag not in RENAMED, f"{where}: {flag} is an old spelling; use {RENAMED.get(flag)}"
+            if p.name == "pool":
+                assert p.default == DEFAULT_POOL, f"{where}: --pool defaults to {p.default}"
+            if p.name == "max_tokens":
+                assert p.default == DEFAULT_MAX_TOKENS, f"{where}: --max-tokens defaults to {p.default}"
+            if p.name == "temperature":
+                assert p.default == DEFAULT_TEMPERATURE, f"{where}: --temperature defaults to {p.default}"
+    # The commands that have the idea have the option.
+    assert {"lemon run", "lemon exec", "lemon eval"} <= seen["temperature"]
+    assert {"lemon run", "lemon exec", "lemon eval"} <= seen["model"] and seen["model"] == seen["base_url"]
+    assert {"lemon eval", "lemon train", "lemon sft"} <= seen["limit"]
+    assert {"lemon train", "lemon sft"} <= seen["policy_max_tokens"]
+    assert {"lemon run", "lemon exec", "lemon eval", "lemon explain", "lemon train", "lemon sft"} <= seen["no_cache"]
+
+
+def test_the_cli_defaults_are_the_librarys() -> None:
+    from lemon.bench.evaluate import DEFAULT_TEMPERATURE as EVAL_TEMPERATURE
+    from lemon.bench.evaluate import method_choices
+    from lemon.cli.bench_cmds import _METHOD_HELP
+
+    assert DEFAULT_TEMPERATURE == EVAL_TEMPERATURE
+    assert all(m in _METHOD_HELP for m in method_choices()), "the --method help lists every method"
+
+
+@pytest.mark.parametrize("path", [p for p, _ in _commands()], ids=lambda p: " ".join(p) or "lemon")
+def test_help_shows_no_type_after_a_flag_and_no_braces(path: tuple[str, ...]) -> None:
+    res = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "<bool>" not in res.output
+    usage = next(line for line in res.output.splitlines() if "Usage:" in line)
+    assert "{" not in usage and "}" not in usage, usage
+
+
+def test_version() -> None:
+    from lemon import __version__
+
+    res = CliRunner().invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"lemon {__version__}"
+
+
+def test_old_spellings_are_rewritten_with_one_notice_each() -> None:
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    args = ["--limit-tasks", "2", "--max-new-tokens=96", "--run-dir", "r", "--", "--n-train"]
+    assert renamed_args(args, console) == ["--limit", "2", "--policy-max-tokens=96", "--out", "r", "--",
+                                           "--n-train"]
+    notices = console.export_text().splitlines()
+    assert len(notices) == 3 and notices[0] == "note: --limit-tasks is now --limit (the old spelling will be removed)"
+
+
+def test_the_experiment_scripts_use_the_one_spelling() -> None:
+    old = re.compile("|".join(re.escape(flag) + r"\b" for flag in RENAMED))
+    for script in sorted((REPO / "experiments").glob("*.sh")):
+        hits = old.findall(script.read_text())
+        assert not hits, f"{script.name} uses {hits}"
+
+
+def test_an_old_spelling_still_runs_a_command(tmp_path: Path, _isolated_home: Path) -> None:
+    """Scripts written for `--trace-dir` keep working: same effect as `--out`, and one notice on stderr."""
+    from tests.cli.test_cli_core import GOOD, _scripted_pool, lemon
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(GOOD)
+    traces = tmp_path / "traces"
+    proc = lemon("exec", str(spec), "2+2?", "--pool", str(_scripted_pool(tmp_path)), "--trace-dir", str(traces),
+                 home=_isolated_home)
+    assert proc.returncode == 0, proc.stderr
+    assert len(list(traces.glob("trace-*.json"))) == 1
+    assert proc.stderr.count("note: --trace-dir is now --out") == 1
