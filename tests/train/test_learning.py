@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 
 pytestmark = pytest.mark.train
-torch = pytest.importorskip("torch")
 
 from lemon.train.simulate import best_success, expected_success, simulated_trainer  # noqa: E402
 

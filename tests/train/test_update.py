@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 pytestmark = pytest.mark.train
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (the [train] extra is part of the test install)
 
 from lemon.spec.render import FieldRef  # noqa: E402
 from lemon.train.config import CreditConfig, TrainConfig  # noqa: E402

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 pytestmark = pytest.mark.train
-pytest.importorskip("torch")
 
 from lemon.llm.base import ChatRequest, GenParams  # noqa: E402
 from lemon.llm.pool import Level, Pool  # noqa: E402
