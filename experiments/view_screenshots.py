@@ -3,12 +3,14 @@
     PYTHONPATH=src:. python experiments/view_screenshots.py [DATA_DIR]
 
 Uses the same fixtures as tests/view (a `chain` run right on every item, a `cot` run wrong on half of them, a
-`prompted` run whose spec has a dead agent, an attribution, and a small training run directory).
+`prompted` run whose spec has a dead agent, an attribution, and a 20-step training run directory written by the
+real trainer on the simulated pool and slot policy: SIMULATED, not a LEMON result).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import tempfile
 import time
@@ -35,16 +37,18 @@ def main(data_dir: Path, docs: Path) -> None:
         asyncio.run(explain_stored(db, plan_stored(run, row, trace, stored.good_pool(), data_dir=data_dir)))
         dead_item = db.items(dead_run)[0].item_id
         page = tmp / "view.html"
-        page.write_text(store_page(db, train_dirs=[write_training_run(tmp / "train-run", steps=20)]))
+        train_dir = write_training_run(tmp / "train-run", steps=20)
+        page.write_text(store_page(db, train_dirs=[train_dir]))
     shots = {
         "view-item.png": (f"#item/{dead_run}/{quote(dead_item, safe='')}/0", "final"),
         "view-attribution.png": (f"#item/{stored.good}/{quote(stored.items[0], safe='')}/0", "checker"),
         "view-run.png": (f"#run/{stored.bad}?f=all&q=&p=0", None),
         "view-diff.png": (f"#diff/{stored.good}/{stored.bad}", None),
-        "view-train.png": ("#train/0", None),
+        "view-train.png": (train_hash(train_dir), None),
     }
     with chromium(1400, 900) as d:
         for name, (hash_, click) in shots.items():
+            d.set_window_size(1400, 1950 if name == "view-train.png" else 900)
             d.get(f"file://{page}{hash_}")
             time.sleep(0.3)
             if click:
@@ -53,6 +57,15 @@ def main(data_dir: Path, docs: Path) -> None:
                 time.sleep(0.2)
             d.save_screenshot(str(docs / name))
             print("wrote", docs / name)
+
+
+def train_hash(train_dir: Path) -> str:
+    """The training view on the last step with a counterfactual of nonzero Δ, showing that sample's group."""
+    rows = [json.loads(ln) for ln in (train_dir / "samples.jsonl").read_text(encoding="utf-8").splitlines()]
+    pick = [r for r in rows if r["cf"] and r["cf"]["delta"] != 0][-1]
+    tasks = list(dict.fromkeys(r["task_id"] for r in rows if r["step"] == pick["step"]))
+    pairs = [r for r in rows if r["step"] == pick["step"] and r["cf"]]
+    return f"#train/0?s={pick['step']}&g={tasks.index(pick['task_id'])}&pp={pairs.index(pick) // 6}"
 
 
 if __name__ == "__main__":

@@ -113,16 +113,27 @@ def add_prompted_run(store: Path, data_dir: Path, limit: int = 2) -> str:
     return summary.run_id
 
 
-def write_training_run(run_dir: Path, steps: int = 6) -> Path:
-    """A training run directory as `lemon train` leaves it: metrics.jsonl (one row per step), plus pairs."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with (run_dir / "metrics.jsonl").open("w", encoding="utf-8") as fh:
-        for s in range(1, steps + 1):
-            fh.write(json.dumps({"step": s, "reward_mean": 0.1 * s, "accuracy": 0.05 * s, "valid_rate": 1.0,
-                                 "worker_tokens": 1000 + 10 * s, "cf_abs_delta_mean/edge": 0.2}) + "\n")
-    text = 'agents:\n  - name: solver\n    role: math_solver\n    duty: "Solve it."\n'
-    with (run_dir / "counterfactuals.jsonl").open("w", encoding="utf-8") as fh:
-        fh.write(json.dumps({"step": 1, "family": "role", "field": "duty solver", "delta": 1.0, "original": text,
-                             "edited": text.replace("Solve it.", ""), "char_start": text.index("Solve"),
-                             "char_end": text.index("Solve") + len("Solve it.")}) + "\n")
+def write_training_run(run_dir: Path, steps: int = 20, seed: int = 0) -> Path:
+    """A real run directory of the REAL trainer (`grpo.Trainer`, counterfactuals on) on the simulated pool and
+    slot policy (named test doubles of lemon.train.simulate): run.json, metrics.jsonl and samples.jsonl exactly
+    as `lemon train` writes them, in a few seconds and without a model."""
+    from dataclasses import asdict
+
+    from lemon.train.run_dir import RunDir
+    from lemon.train.simulate import simulated_trainer
+
+    trainer = simulated_trainer(seed=seed, cf=True)
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(trainer.settings).items()
+                if k != "ablation"}
+    ids = [t.id for t in trainer.tasks]
+    info = {"settings": {**settings, "run_dir": str(run_dir), "pool": "simulated", "benchmark": "simulated"},
+            "config": trainer.cfg.model_dump(mode="json"), "data": {"benchmark": "simulated", "item_ids": ids}}
+    trainer.run = RunDir(run_dir)
+    trainer.run.open(info, ids, resume=False)
+
+    async def run() -> None:
+        for k in range(1, steps + 1):
+            await trainer.step(k)
+
+    asyncio.run(run())
     return run_dir

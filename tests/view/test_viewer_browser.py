@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 from urllib.parse import quote
@@ -38,7 +39,7 @@ def _open(driver, page: Path, hash_: str) -> None:  # type: ignore[no-untyped-de
 def test_viewer_pages_in_chromium(stored: Stored, tmp_path: Path, data_dir: Path, _isolated_home: Path) -> None:
     attribution = _explain_first(stored, data_dir)
     dead_run = add_prompted_run(stored.store, data_dir)
-    train_dir = write_training_run(tmp_path / "train-run")
+    train_dir = write_training_run(tmp_path / "train-run", steps=12)
     page = tmp_path / "view.html"
     proc = lemon("view", str(stored.store), "--train", str(train_dir), "--out", str(page), home=_isolated_home)
     assert proc.returncode == 0, proc.stderr
@@ -81,11 +82,52 @@ def test_viewer_pages_in_chromium(stored: Stored, tmp_path: Path, data_dir: Path
         # an evaluation run with a filter
         _open(d, page, f"#run/{stored.bad}?f=wrong&q=&p=0")
         assert len(d.find_elements(By.CSS_SELECTOR, "#items-table tr.item-row")) == 3
-        # a training run: curves and the counterfactual pair with its edited field highlighted
-        _open(d, page, "#train/0")
-        assert len(d.find_elements(By.CSS_SELECTOR, "#curves svg.curve polyline")) >= 4
-        assert d.find_element(By.CSS_SELECTOR, "#cf-pairs .hl").text == "Solve it."
+        # a training run of the real trainer: curves, a counterfactual pair, the heat map, team diversity
+        _check_training_view(d, page, train_dir)
         assert js_errors(d) == []
+
+
+def _pair_to_show(train_dir: Path) -> tuple[dict, list[dict], int]:  # type: ignore[type-arg]
+    """A sample with a nonzero Δ, its (step, task) group, and the pairs page of its step it is on."""
+    rows = [json.loads(ln) for ln in (train_dir / "samples.jsonl").read_text().splitlines()]
+    pick = next(r for r in rows if r["cf"] and r["cf"]["delta"] != 0)
+    group = [r for r in rows if (r["step"], r["task_id"]) == (pick["step"], pick["task_id"])]
+    order = [r for r in rows if r["step"] == pick["step"] and r["cf"]]
+    return pick, group, order.index(pick) // 6
+
+
+def _check_training_view(d, page: Path, train_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    metrics = [json.loads(ln) for ln in (train_dir / "metrics.jsonl").read_text().splitlines()]
+    cf_weight = json.loads((train_dir / "run.json").read_text())["config"]["credit"]["cf_weight"]
+    pick, group, pairs_page = _pair_to_show(train_dir)
+    _open(d, page, f"#train/0?s={pick['step']}&g=0&pp={pairs_page}")
+    curves = {c.get_attribute("data-key"): c for c in d.find_elements(By.CSS_SELECTOR, "#curves svg.curve")}
+    for key in ("reward_mean", "accuracy", "valid_rate", "entropy", "weight_change"):
+        line = curves[key].find_element(By.TAG_NAME, "polyline")
+        assert line.get_attribute("data-n") == str(len(metrics)), key
+    teams = d.find_element(By.CSS_SELECTOR, '#diversity-chart polyline[data-key="distinct_teams"]')
+    assert teams.get_attribute("data-n") == str(len(metrics))
+    assert len(teams.get_attribute("points").split()) == len(metrics)
+    # the pair: the original spec with the edited field's span highlighted, its family, field and Δ
+    card = d.find_element(By.CSS_SELECTOR, f'#cf-pairs .pair[data-task="{pick["task_id"]}"]'
+                                           f'[data-sample="{pick["sample"]}"]')
+    start, end = pick["cf"]["span"]
+    assert card.find_element(By.CSS_SELECTOR, ".hl").get_attribute("textContent") == pick["completion"][start:end]
+    assert card.find_element(By.CSS_SELECTOR, ".delta").text == f"\u0394 {pick['cf']['delta']:+.3f}"
+    assert pick["cf"]["family"] in card.text and pick["cf"]["field"]["agent"] in card.text
+    # the heat map of its group: group advantage on every character, + cf_weight·Δ spread over the span
+    card.find_element(By.LINK_TEXT, "heat map of its group").click()
+    time.sleep(0.2)
+    assert d.find_element(By.ID, "heatmap").get_attribute("data-task") == pick["task_id"]
+    adv = pick["reward"] - sum(r["reward"] for r in group) / len(group)
+    sample = d.find_element(By.CSS_SELECTOR, f'#heatmap .heat-sample[data-sample="{pick["sample"]}"]')
+    segs = sample.find_elements(By.CSS_SELECTOR, "pre.heat .seg")
+    assert "".join(s.get_attribute("textContent") for s in segs) == pick["completion"]
+    on_span = [s for s in segs if "cfspan" in s.get_attribute("class")]
+    assert [s.get_attribute("textContent") for s in on_span] == [pick["completion"][start:end]]
+    expected = adv + cf_weight * pick["cf"]["delta"] / (end - start)
+    assert abs(float(on_span[0].get_attribute("data-v")) - expected) < 1e-9
+    assert all(abs(float(s.get_attribute("data-v")) - adv) < 1e-9 for s in segs if s not in on_span)
 
 
 def _big_store(path: Path, n: int) -> str:

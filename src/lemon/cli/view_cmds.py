@@ -303,6 +303,8 @@ def view_cmd(
     seed: Annotated[int, opt("seed", help="Seed of --item.")] = 0,
     train: Annotated[list[Path] | None, typer.Option(help="Also show this `lemon train` run directory.")] = None,
     max_traces: Annotated[int, typer.Option(help="Traces embedded per run (the rest are listed, not shown).")] = 300,
+    max_steps: Annotated[int, typer.Option(help="Training steps whose samples are embedded per run directory "
+                                                "(evenly spaced, first and last always).")] = 100,
     out: Annotated[Path, opt("out", help="The HTML file to write.")] = Path("lemon-view.html"),
 ) -> None:
     """Write a self-contained HTML page (works offline) showing runs, items, DAGs, diffs, attributions, training."""
@@ -312,12 +314,12 @@ def view_cmd(
     from lemon.bench.view.build import store_page, training_page
 
     console = consoles().out
-    if max_traces < 0:
-        raise LemonError("--max-traces must be 0 or more")
+    if max_traces < 0 or max_steps < 0:
+        raise LemonError("--max-traces and --max-steps must be 0 or more")
     train_dirs = [Path(d) for d in train or ()]
     path = Path(target) if target is not None else None
     if path is not None and path.is_dir():
-        html = training_page([path, *train_dirs])
+        html = training_page([path, *train_dirs], max_steps=max_steps)
     else:
         is_store = path is not None and path.is_file()
         with open_existing_store(path if is_store and path is not None else _store_path(store)) as db:
@@ -330,7 +332,8 @@ def view_cmd(
                     focus = (run.run_id, row.item_id, row.seed)
             elif item is not None:
                 raise LemonError("--item needs a run: lemon view RUN --item ITEM")
-            html = store_page(db, run_ids=run_ids, focus=focus, max_traces=max_traces, train_dirs=train_dirs)
+            html = store_page(db, run_ids=run_ids, focus=focus, max_traces=max_traces, train_dirs=train_dirs,
+                              max_steps=max_steps)
     write_atomic(out, html)
     console.print(f"wrote {out} ({len(html) / 1e6:.1f} MB); open file://{out.resolve()}", highlight=False)
 

@@ -20,11 +20,9 @@ from typing import Any
 
 from lemon.bench.report import paired_compare
 from lemon.bench.store import ItemRow, ResultsStore, RunInfo
-from lemon.errors import LemonError
+from lemon.bench.view.train import DEFAULT_MAX_STEPS, training_data
 
 DEFAULT_MAX_TRACES = 300
-METRICS = "metrics.jsonl"
-PAIRS = "counterfactuals.jsonl"
 
 
 def _safe(json_text: str) -> str:
@@ -75,7 +73,8 @@ def _discordant(run_id: str, rows: dict[str, list[ItemRow]],
 
 
 def store_page(db: ResultsStore, *, run_ids: Sequence[str] | None = None, focus: tuple[str, str, int] | None = None,
-               max_traces: int = DEFAULT_MAX_TRACES, train_dirs: Sequence[Path] = ()) -> str:
+               max_traces: int = DEFAULT_MAX_TRACES, train_dirs: Sequence[Path] = (),
+               max_steps: int = DEFAULT_MAX_STEPS) -> str:
     """The page for the runs of a store (all, or `run_ids`), optionally opening on one item."""
     runs = [r for r in db.runs() if run_ids is None or r.run_id in run_ids]
     rows = {r.run_id: db.items(r.run_id) for r in runs}
@@ -103,7 +102,7 @@ def store_page(db: ResultsStore, *, run_ids: Sequence[str] | None = None, focus:
              f"#run/{_enc(runs[0].run_id)}" if len(runs) == 1 else "#runs")
     data = {"schema": 1, "source": str(db.path), "generated": _now(), "runs": [_run_json(r) for r in runs],
             "items": items, "compare": comparisons, "explanations": explanations, "explanations_by_run": by_run,
-            "train": [training_data(d) for d in train_dirs], "start": start}
+            "train": [training_data(d, traces, max_steps) for d in train_dirs], "start": start}
     return render_page(data, traces)
 
 
@@ -125,34 +124,14 @@ def _trace_keys(run_id: str, rows: dict[str, list[ItemRow]], comparisons: list[d
     return list(seen)
 
 
-def training_data(run_dir: Path) -> dict[str, Any]:
-    """A training run's curves (metrics.jsonl) and counterfactual pairs (counterfactuals.jsonl, if present)."""
-    metrics = _jsonl(run_dir / METRICS)
-    if not metrics:
-        raise LemonError(f"{run_dir} has no {METRICS} with at least one step; pass the --run-dir of `lemon train`")
-    return {"name": run_dir.name, "metrics": metrics, "pairs": _jsonl(run_dir / PAIRS)}
-
-
-def training_page(run_dirs: Sequence[Path]) -> str:
+def training_page(run_dirs: Sequence[Path], max_steps: int = DEFAULT_MAX_STEPS) -> str:
+    """The page of `lemon train` run directories only; each step's samples are an inert block (lazy)."""
+    blocks: list[str] = []
+    train = [training_data(d, blocks, max_steps) for d in run_dirs]
     data = {"schema": 1, "source": ", ".join(str(d) for d in run_dirs), "generated": _now(), "runs": [],
-            "items": {}, "compare": [], "explanations": {}, "explanations_by_run": {},
-            "train": [training_data(d) for d in run_dirs], "start": "#train/0"}
-    return render_page(data, [])
-
-
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file; a torn last line (a run killed mid-write) is left out, not an error."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            out.append(row)
-    return out
+            "items": {}, "compare": [], "explanations": {}, "explanations_by_run": {}, "train": train,
+            "start": "#train/0"}
+    return render_page(data, blocks)
 
 
 def _short(text: str | None, n: int = 300) -> str | None:
