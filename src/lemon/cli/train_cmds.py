@@ -122,12 +122,21 @@ def train_cmd(
     worker_samples: Annotated[int | None, typer.Option(help="Override workers.samples (worker seeds per spec; "
                                                             "the success term is their mean).")] = None,
     lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
+    epochs: Annotated[int | None, typer.Option(help="Override optim.epochs (optimiser steps per batch; "
+                                                    "> 1 uses the clipped ratio).")] = None,
+    precision: Annotated[str | None, typer.Option(help="Override optim.precision: auto, fp32 or bf16.")] = None,
+    gradient_checkpointing: Annotated[bool | None, typer.Option(
+        "--gradient-checkpointing/--no-gradient-checkpointing", help="Override optim.gradient_checkpointing.",
+        show_default=False)] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Benchmark data (default LEMON_DATA_DIR).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of sampling, task order and counterfactual choices.")] = 0,
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Bypass the persistent LLM cache.")] = False,
 ) -> None:
-    """Orchestration-level GRPO with localized counterfactual credit on a benchmark's training split."""
+    """Orchestration-level GRPO with localized counterfactual credit on a benchmark's training split.
+
+    Data-parallel on N devices: accelerate launch --multi_gpu --num_processes N -m lemon.cli.main train ...
+    """
     _need_train_extra()
     from lemon.train.grpo import TrainSettings, train
     from lemon.train.rollout import Ablation
@@ -145,7 +154,8 @@ def train_cmd(
         ablation=Ablation(fixed_roles=fixed_roles, fixed_capacity=fixed_capacity,
                           fixed_structure=fixed_structure),  # type: ignore[arg-type]
         lora=lora, cache=not no_cache, threads=threads, group_size=group_size, max_new_tokens=max_new_tokens,
-        kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step, worker_samples=worker_samples)
+        kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step, worker_samples=worker_samples, epochs=epochs,
+        precision=precision, gradient_checkpointing=gradient_checkpointing)
     with _progress(err_console) as bar:
         task = bar.add_task("train", total=steps, info="")
 
