@@ -138,3 +138,69 @@ def test_inference_stops_and_budgets_as_training_does(monkeypatch: pytest.Monkey
     monkeypatch.setattr(gen, "_load", lambda: (Model(), Tok()))
     gen.generate([{"role": "user", "content": "t"}], 16, 0.0, 0)
     assert set(seen["eos_token_id"]) == eos_ids(Model(), Tok()) == {2, 7}
+
+
+def _epochs_cfg(epochs: int) -> TrainConfig:
+    return TrainConfig.model_validate({"credit": {"kl_beta": 0.0, "clip_eps": 0.2},
+                                       "optim": {"lr": 1.0, "epochs": epochs, "max_grad_norm": 1e9}})
+
+
+@pytest.mark.parametrize("lr", [0.05, 50.0])
+def test_later_epochs_score_the_clipped_ratio_to_the_sampling_policy(lr: float) -> None:
+    """Epoch 2 = PPO's clipped surrogate against epoch 1's log-probs: a first step that moved the sampled
+    tokens' probability past 1 + eps leaves nothing to learn (no move); a small one is taken again."""
+    policy = SlotPolicy.create()
+    batch = _batch(policy, 1.0)
+    one, two = copy.deepcopy(policy.model), copy.deepcopy(policy.model)
+    policy_update(one, batch, torch.optim.SGD(one.parameters(), lr=lr), _epochs_cfg(1), 0)
+    stats = policy_update(two, batch, torch.optim.SGD(two.parameters(), lr=lr), _epochs_cfg(2), 0)
+    moved_again = float((two.theta - one.theta).detach().abs().max())
+    if lr > 1:  # every sampled token's ratio is far above 1.2 after the first step: clipped, zero gradient
+        assert moved_again == 0.0
+    else:  # ratio inside the clip range: the second step is the ratio-weighted policy gradient, same sign
+        step1 = (one.theta - policy.model.theta).detach()
+        step2 = (two.theta - one.theta).detach()
+        assert moved_again > 0 and float((step1 * step2).sum()) > 0
+    assert stats["updated"] == 1.0
+
+
+def _tiny_lora_llama() -> torch.nn.Module:
+    """A tiny random Llama with a LoRA adapter whose dropout is 0.5 (so dropout left on would show)."""
+    import transformers
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, pad_token_id=0)
+    model = get_peft_model(transformers.LlamaForCausalLM(config), LoraConfig(
+        r=4, lora_alpha=8, lora_dropout=0.5, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    with torch.no_grad():  # a non-zero adapter, so its dropout changes the output
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    return model.train()
+
+
+def test_gradient_checkpointing_recomputes_and_changes_nothing_else() -> None:
+    """Checkpointing runs only in training mode in transformers: the update must still score without dropout
+    (LoRA's included) and take the same step; the layer's forward runs again in backward (the memory saving)."""
+    from lemon.train.grpo import enable_checkpointing
+
+    batch = StepBatch([[1, 2, 3], [4, 5]], [[6, 7, 8, 9], [10, 11]], [1.0, -0.5], [[], []])
+    results = []
+    for checkpointing in (False, True):
+        model = _tiny_lora_llama()
+        attn = model.base_model.model.model.layers[0].self_attn
+        seen: list[tuple[bool, bool]] = []
+        attn.register_forward_pre_hook(lambda mod, args, m=model, seen=seen: seen.append(
+            (mod.training, any(d.training for d in m.modules() if isinstance(d, torch.nn.Dropout)))))
+        if checkpointing:
+            enable_checkpointing(model)
+        cfg = TrainConfig.model_validate({"credit": {"kl_beta": 0.0},
+                                          "optim": {"lr": 0.5, "gradient_checkpointing": checkpointing}})
+        policy_update(model, batch, torch.optim.SGD(model.parameters(), lr=0.5), cfg, 0)
+        results.append([p.detach().clone() for p in model.parameters()])
+        assert len(seen) == (2 if checkpointing else 1)  # recomputed in backward
+        assert seen[0] == (checkpointing, False)  # training mode only with checkpointing; dropout never on
+        assert model.training  # restored
+    assert max(float((a - b).abs().max()) for a, b in zip(*results, strict=True)) < 1e-6
