@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -77,6 +77,11 @@ class Distributed:
     def loss_scale(self) -> float:
         """DDP and FSDP average gradients over processes; a global token mean needs the sum, so scale by W."""
         return float(self.world)
+
+    @property
+    def sharded(self) -> bool:
+        """FSDP: parameters are sharded, so every forward (generation included) is a collective."""
+        return self.accelerator is not None and self.accelerator.distributed_type == "FSDP"
 
     @property
     def device(self) -> Any | None:
@@ -163,15 +168,6 @@ class Distributed:
     def wait(self) -> None:
         if self.accelerator is not None:
             self.accelerator.wait_for_everyone()
-
-    @contextlib.contextmanager
-    def autocast(self) -> Iterator[None]:
-        """bf16 autocast for forwards outside the prepared model (the frozen reference)."""
-        if self.accelerator is None:
-            yield
-        else:
-            with self.accelerator.autocast():
-                yield
 
 
 def open_distributed(precision: Precision = "auto") -> tuple[Distributed, Literal["fp32", "bf16"]]:

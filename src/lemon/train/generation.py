@@ -68,7 +68,7 @@ def position_ids(mask: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
              temperature: float, top_p: float = 1.0, seed: int | None = None,
-             batch_size: int = 8) -> list[Completion]:
+             batch_size: int = 8, synced_gpus: bool = False) -> list[Completion]:
     """One completion per prompt row; temperature 0 = greedy. Rows are generated in batches."""
     stop = eos_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(stop))
@@ -83,6 +83,8 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, ma
             ids, mask = (t.to(model_device(model)) for t in left_pad(rows, pad))
             kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "pad_token_id": pad,
                                       "eos_token_id": sorted(stop)}
+            if synced_gpus:
+                kwargs["synced_gpus"] = True
             if temperature > 0:
                 kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
             else:

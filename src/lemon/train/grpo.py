@@ -609,6 +609,7 @@ async def _open_trainer(s: TrainSettings, tasks: Sequence[TrainTask], split: str
     policy, reference = _load_policy(s, cfg, checkpoint, device=dist.device, precision=precision)
     optimizer = torch.optim.AdamW(_trainable(policy.model), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     wrapped, optimizer = dist.prepare(policy.model, optimizer)
+    policy.synced_gpus = dist.sharded
     sampler = AdaptiveFamilySampler.from_config(cfg.sampler, seed=stable_seed(s.seed, "sampler"))
     roles = RoleLibrary.load()
     pool = load_pool(s.pool, cache=s.cache)

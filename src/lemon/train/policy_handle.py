@@ -37,6 +37,7 @@ class HFPolicy:
 
     model: Any
     tokenizer: Any
+    synced_gpus: bool = False  # FSDP: every process steps generation until all are done (sharded forwards)
 
     @property
     def pad_id(self) -> int:
@@ -48,7 +49,8 @@ class HFPolicy:
     def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float,
                seed: int) -> list[Completion]:
         return generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
-                        temperature=temperature, seed=seed, batch_size=max(8, min(len(prompts), 32)))
+                        temperature=temperature, seed=seed, batch_size=max(8, min(len(prompts), 32)),
+                        synced_gpus=self.synced_gpus)
 
     def save(self, target: Path) -> None:
         self.model.save_pretrained(str(target), safe_serialization=True)
