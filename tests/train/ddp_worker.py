@@ -39,10 +39,13 @@ def tiny_llama() -> torch.nn.Module:
 
 
 def fixed_batch() -> StepBatch:
-    """8 sequences of different prompt and completion lengths, so the two halves hold unequal token counts."""
+    """8 sequences of different completion lengths, so the two halves hold unequal token counts; each process's
+    half is two groups of 2 rows sharing a prompt (scored once, `shared_prompt_logprobs`), while one process
+    over the whole batch sees no two consecutive rows with one prompt (scored row by row)."""
     lengths = [3, 9, 5, 12, 2, 7, 11, 4]
+    group = [(i % 2) + 2 * (i // 4) for i in range(8)]  # 0 1 0 1 2 3 2 3
     return StepBatch(
-        prompts=[[1 + (i + j) % 60 for j in range(2 + i % 3)] for i in range(8)],
+        prompts=[[1 + (3 * g + j) % 60 for j in range(2 + g)] for g in group],
         completions=[[3 + (5 * i + j) % 60 for j in range(n)] for i, n in enumerate(lengths)],
         advantages=[0.9, -0.3, 0.5, -0.8, 0.1, 0.0, -0.4, 0.7],
         cf_terms=[[CounterfactualTerm((0, 1), 0.6)] if i % 3 == 0 else [] for i in range(8)])

@@ -197,10 +197,65 @@ def test_gradient_checkpointing_recomputes_and_changes_nothing_else() -> None:
         if checkpointing:
             enable_checkpointing(model)
         cfg = TrainConfig.model_validate({"credit": {"kl_beta": 0.0},
-                                          "optim": {"lr": 0.5, "gradient_checkpointing": checkpointing}})
+                                          "optim": {"lr": 0.5, "gradient_checkpointing": checkpointing,
+                                                    "share_prompt": False}})
         policy_update(model, batch, torch.optim.SGD(model.parameters(), lr=0.5), cfg, 0)
         results.append([p.detach().clone() for p in model.parameters()])
         assert len(seen) == (2 if checkpointing else 1)  # recomputed in backward
         assert seen[0] == (checkpointing, False)  # training mode only with checkpointing; dropout never on
         assert model.training  # restored
     assert max(float((a - b).abs().max()) for a, b in zip(*results, strict=True)) < 1e-6
+
+
+def _plain_llama() -> torch.nn.Module:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, pad_token_id=0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def test_a_shared_prompt_is_scored_once_with_the_same_logprobs_and_gradients() -> None:
+    """A group's prompt runs once and its completions reuse the prompt's key/value cache: same numbers."""
+    from lemon.train.generation import batch_logprobs, shared_prompt_logprobs
+
+    prompt, comps = [5, 6, 7, 8, 9, 10, 11], [[12, 13, 14, 15], [16, 17], [18, 19, 20, 21, 22], [23]]
+    results = []
+    for shared in (False, True):
+        model = _plain_llama()
+        if shared:
+            lp, mask, _ = shared_prompt_logprobs(model, prompt, comps, 0)
+        else:
+            lp, mask, _ = batch_logprobs(model, [prompt] * 4, comps, 0)
+        (lp * mask).sum().backward()
+        results.append((lp.detach() * mask, [p.grad.clone() for p in model.parameters()]))
+    (lp0, g0), (lp1, g1) = results
+    assert torch.allclose(lp0, lp1, atol=1e-5)
+    assert max(float((a - b).abs().max()) for a, b in zip(g0, g1, strict=True)) < 1e-5
+
+
+def test_micro_batches_are_cut_at_group_boundaries_when_prompts_are_shared() -> None:
+    from lemon.train.grpo import micro_batches
+
+    prompts = [[1]] * 4 + [[2]] * 4 + [[3]] * 2
+    assert micro_batches(prompts, 4, by_prompt=True) == [slice(0, 4), slice(4, 8), slice(8, 10)]
+    assert micro_batches(prompts, 3, by_prompt=True) == [slice(0, 3), slice(3, 4), slice(4, 7), slice(7, 8),
+                                                         slice(8, 10)]
+    assert micro_batches(prompts, 4, by_prompt=False) == [slice(0, 4), slice(4, 8), slice(8, 10)]
+    assert micro_batches(prompts, 8, by_prompt=False) == [slice(0, 8), slice(8, 10)]
+
+
+def test_an_update_with_shared_prompts_equals_one_without() -> None:
+    """Two groups with a KL reference: the same step whether each group's prompt runs once or per row."""
+    batch = StepBatch([[1, 2, 3]] * 3 + [[4, 5]] * 3, [[6, 7, 8, 9], [10, 11], [12], [13, 14], [15, 16, 17], [18]],
+                      [1.0, -0.5, -0.5, 0.2, 0.3, -0.5], [[], [], [], [], [], []])
+    results = []
+    for share in (False, True):
+        model = _plain_llama()
+        ref = Reference(model, copy.deepcopy(model).requires_grad_(False))
+        cfg = TrainConfig.model_validate({"credit": {"kl_beta": 0.1}, "optim": {"lr": 0.5, "epochs": 2,
+                                                                                  "share_prompt": share}})
+        policy_update(model, batch, torch.optim.SGD(model.parameters(), lr=0.5), cfg, 0, ref)
+        results.append([p.detach().clone() for p in model.parameters()])
+    assert max(float((a - b).abs().max()) for a, b in zip(*results, strict=True)) < 1e-5

@@ -121,6 +121,9 @@ class OptimConfig(_Strict):
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     # Recompute activations in the backward pass: less memory for long completions and large policies.
     gradient_checkpointing: bool = False
+    # Score a group's shared prompt once and its completions from the prompt's key/value cache (same numbers,
+    # P + G*T instead of G*(P + T) tokens). Off under gradient checkpointing (transformers drops the cache).
+    share_prompt: bool = True
 
 
 class GroupConfig(_Strict):

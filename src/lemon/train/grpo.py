@@ -54,7 +54,7 @@ from lemon.train.credit import (
     policy_gradient_loss,
 )
 from lemon.train.distributed import Distributed, check_shares, open_distributed
-from lemon.train.generation import Completion, batch_logprobs
+from lemon.train.generation import Completion, score_completions
 from lemon.train.policy_handle import HFPolicy, PolicyHandle, Reference
 from lemon.train.rollout import Ablation, GroupResult, RolloutSettings, rollout_groups
 from lemon.train.run_dir import RunDir
@@ -215,18 +215,19 @@ def _accumulate(model: Any, batch: StepBatch, cfg: TrainConfig, pad_id: int, ref
     micro-batch only. Epochs after the first score PPO's clipped ratio against the first epoch's log-probs.
     """
     temp = cfg.rollout.temperature
-    starts = range(0, len(batch.completions), cfg.optim.micro_batch)
-    dist.same_count(len(starts), "micro-batches")
-    for k, b in enumerate(starts):
-        sl = slice(b, b + cfg.optim.micro_batch)
-        with dist.no_sync(model, sync=k == len(starts) - 1):
-            lp, mask, _ = batch_logprobs(model, batch.prompts[sl], batch.completions[sl], pad_id, temp)
+    share = can_share_prompt(dist.unwrap(model), cfg)
+    slices = micro_batches(batch.prompts, cfg.optim.micro_batch, by_prompt=share)
+    dist.same_count(len(slices), "micro-batches")
+    for k, sl in enumerate(slices):
+        b = sl.start
+        with dist.no_sync(model, sync=k == len(slices) - 1):
+            lp, mask, _ = score_completions(model, batch.prompts[sl], batch.completions[sl], pad_id, temp, share)
             t = lp.shape[1]
             adv = torch.tensor(batch.advantages[sl], dtype=lp.dtype, device=lp.device)[:, None].expand(-1, t)
             cf = torch.stack([counterfactual_advantages(t, terms).to(lp.device, lp.dtype)
                               for terms in batch.cf_terms[sl]])
             if reference is not None and b not in memo.ref:
-                memo.ref[b] = reference.logprobs(batch.prompts[sl], batch.completions[sl], pad_id, temp)
+                memo.ref[b] = reference.logprobs(batch.prompts[sl], batch.completions[sl], pad_id, temp, share)
             ref_lp = memo.ref.get(b)
             if first and cfg.optim.epochs > 1:
                 memo.old[b] = lp.detach()
@@ -242,6 +243,24 @@ def _accumulate(model: Any, batch: StepBatch, cfg: TrainConfig, pad_id: int, ref
             stats["entropy"] += float(-(lp.detach() * mask).sum()) / n_tokens
             if ref_lp is not None:
                 stats["kl"] += float((k3_kl(lp.detach(), ref_lp) * mask).sum()) / n_tokens
+
+
+def can_share_prompt(model: Any, cfg: TrainConfig) -> bool:
+    """Score a group's prompt once (`generation.shared_prompt_logprobs`): an HF model (a key/value cache),
+    and no gradient checkpointing, under which transformers drops the cache."""
+    return cfg.optim.share_prompt and not cfg.optim.gradient_checkpointing and hasattr(model, "config")
+
+
+def micro_batches(prompts: Sequence[Sequence[int]], size: int, *, by_prompt: bool) -> list[slice]:
+    """Consecutive rows, at most `size` each; with `by_prompt` also cut where the prompt changes, so a
+    micro-batch is (part of) one group and its prompt runs once."""
+    out: list[slice] = []
+    start = 0
+    for i in range(1, len(prompts) + 1):
+        if i == len(prompts) or i - start == size or (by_prompt and list(prompts[i]) != list(prompts[start])):
+            out.append(slice(start, i))
+            start = i
+    return out
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from lemon.train.generation import Completion, batch_logprobs, chat_prompt_ids, generate
+from lemon.train.generation import Completion, chat_prompt_ids, generate, score_completions
 
 
 class PolicyHandle(Protocol):
@@ -72,8 +72,9 @@ class Reference:
 
     @torch.no_grad()
     def logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
-                 temperature: float) -> torch.Tensor:
+                 temperature: float, share: bool = False) -> torch.Tensor:
+        """`share`: rows with one prompt run it once (`generation.score_completions`)."""
         if self.frozen is not None:
-            return batch_logprobs(self.frozen, prompts, completions, pad_id, temperature)[0]
+            return score_completions(self.frozen, prompts, completions, pad_id, temperature, share)[0]
         with self.policy_model.disable_adapter():
-            return batch_logprobs(self.policy_model, prompts, completions, pad_id, temperature)[0]
+            return score_completions(self.policy_model, prompts, completions, pad_id, temperature, share)[0]
