@@ -3,8 +3,9 @@
 The worker (`tests/train/ddp_worker.py`) runs (A) one `policy_update` per process on its half of a fixed
 batch of a tiny random Llama (KL, 2 epochs with the clipped ratio, micro-batches, each process scoring its
 groups' prompts once), and (B) two steps of the real `Trainer` on the simulated environment (`SlotPolicy`
-and the simulated pool, named test doubles), each process generating and rolling out its share of the tasks. Tolerance: 1e-6 absolute on every parameter
-(fp32; the processes sum gradients in another order than one process does, nothing else differs).
+and the simulated pool, named test doubles), each process generating and rolling out its share of the
+tasks. Tolerance: 1e-6 absolute on every parameter (fp32, SGD; the processes sum gradients in another order
+than one process does; measured differences were 6e-8 for A and 1e-9 for B, for steps of ~3e-2).
 """
 
 from __future__ import annotations

@@ -259,3 +259,29 @@ def test_an_update_with_shared_prompts_equals_one_without() -> None:
         policy_update(model, batch, torch.optim.SGD(model.parameters(), lr=0.5), cfg, 0, ref)
         results.append([p.detach().clone() for p in model.parameters()])
     assert max(float((a - b).abs().max()) for a, b in zip(*results, strict=True)) < 1e-5
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_generation_with_a_shared_prefill_samples_what_it_samples_without(temperature: float) -> None:
+    """A group's prompt is prefilled once and its cache repeated: the same completions, greedy or seeded."""
+    from types import SimpleNamespace
+
+    from lemon.train.generation import generate, shared_prefill
+
+    model = _plain_llama()
+    tok = SimpleNamespace(pad_token_id=0, eos_token_id=63, decode=lambda ids, **k: "".join(chr(65 + i % 26)
+                                                                                          for i in ids))
+    prompts = [[5, 6, 7, 8]] * 3 + [[9, 10]] * 3
+    assert shared_prefill(model, prompts, 0) is not None
+    assert shared_prefill(model, prompts[:1] + prompts[3:4], 0) is None  # no prompt repeats
+    widths: list[int] = []
+    model.model.register_forward_pre_hook(lambda mod, args, kw: widths.append(kw["input_ids"].shape[1]),
+                                          with_kwargs=True)
+    runs, first = [], []
+    for share in (False, True):
+        widths.clear()
+        runs.append([c.ids for c in generate(model, tok, prompts, max_new_tokens=6, temperature=temperature,
+                                             seed=3, share_prompt=share)])
+        first.append(widths[:2])
+    assert runs[0] == runs[1] and all(len(r) >= 1 for r in runs[0])
+    assert first == [[4, 1], [3, 1]]  # unshared: 6 rows x 4; shared: 2 distinct prompts x 3, then 1 token

@@ -68,8 +68,11 @@ def position_ids(mask: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
              temperature: float, top_p: float = 1.0, seed: int | None = None,
-             batch_size: int = 8, synced_gpus: bool = False) -> list[Completion]:
-    """One completion per prompt row; temperature 0 = greedy. Rows are generated in batches."""
+             batch_size: int = 8, synced_gpus: bool = False, share_prompt: bool = False) -> list[Completion]:
+    """One completion per prompt row; temperature 0 = greedy. Rows are generated in batches.
+
+    `share_prompt`: rows of a batch that repeat a prompt (a GRPO group) prefill it once (`shared_prefill`).
+    """
     stop = eos_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(stop))
     if seed is not None:
@@ -85,6 +88,9 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, ma
                                       "eos_token_id": sorted(stop)}
             if synced_gpus:
                 kwargs["synced_gpus"] = True
+            cache = shared_prefill(model, rows, pad) if share_prompt else None
+            if cache is not None:
+                kwargs["past_key_values"] = cache
             if temperature > 0:
                 kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
             else:
@@ -100,6 +106,23 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, ma
     finally:
         model.train(was_training)
     return out
+
+
+@torch.no_grad()
+def shared_prefill(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> Any | None:
+    """A key/value cache of every row's prompt but its last token, computed once per DISTINCT prompt and
+    repeated for the rows that share it; `generate` then feeds only the last prompt token. None when no
+    prompt repeats (nothing to save) or a prompt is too short to split."""
+    distinct = list(dict.fromkeys(tuple(r) for r in rows))
+    if len(distinct) == len(rows) or min(len(r) for r in distinct) < 2:
+        return None
+    ids, mask = (t.to(model_device(model)) for t in left_pad(distinct, pad_id))
+    ids, mask = ids[:, :-1], mask[:, :-1]
+    cache = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True,
+                  logits_to_keep=1).past_key_values
+    index = torch.tensor([distinct.index(tuple(r)) for r in rows], device=ids.device)
+    cache.batch_select_indices(index)
+    return cache
 
 
 def batch_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],

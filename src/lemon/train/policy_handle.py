@@ -50,7 +50,7 @@ class HFPolicy:
                seed: int) -> list[Completion]:
         return generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
                         temperature=temperature, seed=seed, batch_size=max(8, min(len(prompts), 32)),
-                        synced_gpus=self.synced_gpus)
+                        synced_gpus=self.synced_gpus, share_prompt=True)
 
     def save(self, target: Path) -> None:
         self.model.save_pretrained(str(target), safe_serialization=True)
