@@ -193,8 +193,10 @@ def _trainable(model: Any) -> list[torch.nn.Parameter]:
 
 def _relative_change(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> float:
     """||after - before|| / ||before|| over all trainable tensors (the 'did the policy move' number)."""
-    num = math.sqrt(sum(float((a - b).double().pow(2).sum()) for a, b in zip(after, before, strict=True)))
-    den = math.sqrt(sum(float(b.double().pow(2).sum()) for b in before))
+    # Per-tensor fp32 norms (one pass each), squared and summed in Python floats: a fp64 copy of every
+    # tensor cost ~2.5 s per step on SmolLM2 on 2 cores, for a monitor that needs 3 digits.
+    num = math.sqrt(sum(float(torch.linalg.vector_norm(a - b)) ** 2 for a, b in zip(after, before, strict=True)))
+    den = math.sqrt(sum(float(torch.linalg.vector_norm(b)) ** 2 for b in before))
     return num / den if den > 0 else num
 
 
