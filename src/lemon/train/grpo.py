@@ -8,8 +8,12 @@
    workers sampled as in evaluation), plans counterfactual edits in task order and runs them;
 3. **credit**: `build_batch` turns rewards into group-relative advantages on every completion token and
    Δ on the tokens of each edited field, both divided by ONE scale (`credit.advantage_scales`);
-4. **update**: one AdamW step on `policy_gradient_loss + counterfactual_loss` (+ k3 KL to the reference),
-   skipped when the batch carries no signal.
+4. **update**: `optim.epochs` AdamW steps (1 by default; later epochs use PPO's clipped ratio to the
+   sampling policy) on `policy_gradient_loss + counterfactual_loss` (+ k3 KL to the reference), skipped
+   when the batch carries no signal. Each group's prompt is scored once (`optim.share_prompt`).
+
+Under `accelerate launch` each process runs the four phases on its share of the step's tasks; the loss is
+a token mean over the global batch and the groups are gathered for the metrics (`lemon.train.distributed`).
 
 Every step appends a metrics row (rewards, validity, accuracy, the seconds of each phase, the relative weight
 change, KL, distinct teams and the sampled-token entropy) and the sampled specs to the run directory.
