@@ -21,7 +21,7 @@ Prints:
                 (and LEMON's seconds per step split into generation / execution / update)
 Run: `python benchmarks/bench_train.py [--tasks 4] [--group 4] [--pool tiny|scripted] [--data-dir DIR]
 [--only cf|p5]` (tiny: each pass executes 16 specs with real SmolLM2 workers, a few minutes per pass on 2 cores;
-`--quick` skips the uncapped pass; `--pool scripted` takes seconds; P5 takes ~10 minutes on 2 cores).
+`--quick` skips the uncapped pass; `--pool scripted` takes seconds; P5 takes ~15 minutes on 2 cores).
 
 P5 (the trainer itself, `lemon.train.grpo.Trainer` against TRL 1.16's `GRPOTrainer`): the same SmolLM2-135M
 policy (fp32, 2 threads), the same GSM8K train prompts in the same order (LEMON's policy prompt as chat
