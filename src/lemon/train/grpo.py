@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from lemon.errors import ConfigError, LemonError
 from lemon.orchestrator.policy_prompt import policy_messages
@@ -128,8 +129,10 @@ def effective_config(s: TrainSettings) -> TrainConfig:
             data["optim"][key] = getattr(s, key)
     try:
         return TrainConfig.model_validate(data)
-    except Exception as exc:  # pydantic ValidationError: one line
-        raise ConfigError(f"invalid training override: {str(exc).splitlines()[-1].strip()}") from None
+    except ValidationError as exc:  # one line naming the field (the text's last line is only a docs link)
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"invalid training override {loc}={err.get('input')!r}: {err['msg']}") from None
 
 
 def task_indices(step: int, n_tasks: int, per_step: int, seed: int) -> list[int]:
