@@ -10,6 +10,7 @@ than one process does; measured differences were 6e-8 for A and 1e-9 for B, for 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -95,3 +96,38 @@ def test_one_process_is_the_identity() -> None:
     assert (d.rank, d.world, d.is_main, d.loss_scale) == (0, 1, True, 1.0)
     assert d.shard([1, 2, 3]) == [1, 2, 3] and d.gather([1, 2, 3]) == [1, 2, 3]
     assert d.all_sum([1.5, 2.0]) == [1.5, 2.0]
+
+
+SCRIPTED_POOL = """name: scripted
+levels:
+  - {name: small, backend: scripted, model: s}
+  - {name: medium, backend: scripted, model: m}
+  - {name: large, backend: scripted, model: l}
+"""
+
+
+@pytest.mark.models
+def test_lemon_train_runs_under_accelerate_launch(tmp_path: Path, policy_dir: Path) -> None:
+    """The documented launch line: two CPU processes, the real SmolLM2 policy, workers from a scripted pool
+    (a test double); one process writes the run, both train (one step, two tasks, one per process)."""
+    from tests.benchdata import find_data_dir
+
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(SCRIPTED_POOL)
+    run = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE", "CUDA_VISIBLE_DEVICES": "",
+           "LEMON_DATA_DIR": str(find_data_dir()), "LEMON_HOME": str(tmp_path / "home"),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "src"), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
+           "-m", "lemon.cli.main", "train", "--run-dir", str(run), "--benchmark", "gsm8k", "--pool", str(pool),
+           "--policy", str(policy_dir), "--limit-tasks", "2", "--tasks-per-step", "2", "--group-size", "2",
+           "--max-new-tokens", "16", "--kl-beta", "0", "--steps", "1", "--save-every", "1", "--no-cache",
+           "--threads", "1"]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["processes"] == 2 and len(rows[0]["task_ids"]) == 2
+    assert len((run / "samples.jsonl").read_text().splitlines()) == 4  # 2 tasks x group 2, both processes'
+    assert (run / "checkpoints" / "step-000001" / "COMPLETE").is_file()
+    assert (run / "final" / "config.json").is_file()
