@@ -17,9 +17,20 @@ Prints:
                           target >= 0.9)
     CF-hit <rate>  node-cache hit rate in counterfactual re-runs
     CF-uncapped <ratio>  (the same with credit.cf_budget = null: a counterfactual for every valid spec)
-Run: `python benchmarks/bench_train.py [--tasks 4] [--group 4] [--pool tiny|scripted] [--data-dir DIR]`
-(tiny: each pass executes 16 specs with real SmolLM2 workers, a few minutes per pass on 2 cores; `--quick`
-skips the uncapped pass; `--pool scripted` takes seconds).
+    P5 <ratio>  LEMON GRPO step throughput / TRL GRPOTrainer, same policy, batch, group and reward (>= 1.0)
+                (and LEMON's seconds per step split into generation / execution / update)
+Run: `python benchmarks/bench_train.py [--tasks 4] [--group 4] [--pool tiny|scripted] [--data-dir DIR]
+[--only cf|p5]` (tiny: each pass executes 16 specs with real SmolLM2 workers, a few minutes per pass on 2 cores;
+`--quick` skips the uncapped pass; `--pool scripted` takes seconds; P5 takes ~15 minutes on 2 cores).
+
+P5 (the trainer itself, `lemon.train.grpo.Trainer` against TRL 1.16's `GRPOTrainer`): the same SmolLM2-135M
+policy (fp32, 2 threads), the same GSM8K train prompts in the same order (LEMON's policy prompt as chat
+messages), group 4, `--p5-tasks` prompts per optimiser step, 64 new tokens at temperature 1, AdamW lr 1e-5,
+KL beta 0.04 to a frozen copy, micro-batches of 4 (TRL: per-device batch 4 x 2 accumulation steps, one
+generation of 8 per step), dropout off, no gradient checkpointing, no bf16. Reward: the same cheap function of
+the completion text for both (`text_reward`); LEMON's rollout still runs its real parse / execute / reward path
+with the scripted pool (near free) and the text reward is added to it, so both trainers update on the same
+signal. One warm-up step each, then `--p5-steps` timed steps; throughput = steps per second.
 """
 
 from __future__ import annotations
@@ -30,7 +41,8 @@ import hashlib
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Level, Pool
@@ -160,6 +172,166 @@ async def main_async(args: argparse.Namespace) -> None:
               f"({u.cf_count} counterfactuals, {u.cf_count / valid:.2f} of valid specs edited)")
 
 
+# ---- P5: LEMON's trainer against TRL's GRPOTrainer ------------------------------------------------------
+
+P5_TARGET = 1.0
+
+
+def text_reward(text: str) -> float:
+    """The cheap reward both trainers get: deterministic in the text, different across a group's samples."""
+    return (sum(map(ord, text)) % 101) / 100.0
+
+
+@dataclass
+class P5Setup:
+    """What both trainers share: prompts in step order (chat messages), sizes, and the LEMON config."""
+
+    tasks: list[TrainTask]
+    messages: list[list[dict[str, str]]]  # TRL's dataset, in the order LEMON's steps take the tasks
+    steps: int
+    per_step: int
+    group: int = 4
+    max_new_tokens: int = 64
+    lr: float = 1e-5
+    kl_beta: float = 0.04
+
+
+def p5_setup(args: argparse.Namespace) -> P5Setup:
+    from lemon.orchestrator.policy_prompt import policy_messages
+    from lemon.train.grpo import task_indices
+
+    steps = args.p5_steps + 1  # one warm-up step
+    _, tasks = load_train_tasks("gsm8k", limit=steps * args.p5_tasks, data_dir=args.data_dir)
+    roles = RoleLibrary.load()
+    order = [i for st in range(1, steps + 1) for i in task_indices(st, len(tasks), args.p5_tasks, args.seed)]
+    messages = [policy_messages(tasks[i].prompt, roles, LEVELS) for i in order]
+    return P5Setup(list(tasks), messages, steps, args.p5_tasks, max_new_tokens=args.p5_new_tokens)
+
+
+def timed_generate(model: object, spent: list[float]) -> None:
+    """Wrap `model.generate` so each call's seconds are recorded (both trainers call it on this object)."""
+    inner = model.generate  # type: ignore[attr-defined]
+
+    def generate(*a: object, **kw: object) -> object:
+        t0 = time.perf_counter()
+        try:
+            return inner(*a, **kw)
+        finally:
+            spent.append(time.perf_counter() - t0)
+
+    model.generate = generate  # type: ignore[attr-defined]
+
+
+def lemon_trainer(setup: P5Setup, seed: int):  # type: ignore[no-untyped-def]
+    """The real `Trainer` with the SmolLM2 policy, the scripted pool, and the text reward added."""
+    import torch
+
+    from lemon.train.config import TrainConfig
+    from lemon.train.grpo import Trainer, TrainSettings, worker_executor
+    from lemon.train.policy import load_policy
+    from lemon.train.policy_handle import HFPolicy, Reference
+
+    class TextRewardTrainer(Trainer):
+        async def rollout(self, step, chosen, grouped):  # type: ignore[no-untyped-def]
+            groups = await super().rollout(step, chosen, grouped)
+            for g in groups:
+                for smp in g.samples:
+                    smp.reward = replace(smp.reward, total=smp.reward.total + text_reward(smp.completion))
+            return groups
+
+    cfg = TrainConfig.model_validate({
+        "group": {"group_size": setup.group}, "credit": {"kl_beta": setup.kl_beta},
+        "rollout": {"tasks_per_step": setup.per_step, "max_new_tokens": setup.max_new_tokens, "temperature": 1.0},
+        "optim": {"lr": setup.lr, "micro_batch": 4, "epochs": 1}})
+    model, tok = load_policy()
+    frozen, _ = load_policy()
+    frozen.eval().requires_grad_(False)
+    roles = RoleLibrary.load()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=setup.lr)
+    sampler = AdaptiveFamilySampler.from_config(cfg.sampler, seed=seed)
+    return TextRewardTrainer(TrainSettings(run_dir=Path("bench-p5"), seed=seed), cfg, HFPolicy(model, tok),
+                             worker_executor(scripted_pool(), roles, cfg), roles, setup.tasks, opt, sampler,
+                             reference=Reference(model, frozen))
+
+
+async def time_lemon(setup: P5Setup, seed: int) -> dict[str, float]:
+    """Seconds per timed step, in total and per phase (the first step is a warm-up)."""
+    trainer = lemon_trainer(setup, seed)
+    rows = []
+    try:
+        for step in range(1, setup.steps + 1):
+            rows.append(await trainer.step(step))
+            log.info("LEMON step %d: %.1fs (gen %.1f exec %.2f update %.1f) updated %s", step, rows[-1]["step_s"],
+                     rows[-1]["gen_s"], rows[-1]["exec_s"], rows[-1]["update_s"], rows[-1]["updated"])
+    finally:
+        await trainer.executor.pool.aclose()
+    timed = rows[1:]
+    return {k: sum(r[k] for r in timed) / len(timed) for k in ("step_s", "gen_s", "exec_s", "update_s", "updated")}
+
+
+def trl_reward(completions: list, **_: object) -> list[float]:  # type: ignore[type-arg]
+    """TRL's reward function: the same `text_reward` (conversational completions are message lists)."""
+    texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
+    return [text_reward(t) for t in texts]
+
+
+def time_trl(setup: P5Setup, seed: int, workdir: str) -> dict[str, float]:
+    """TRL's GRPOTrainer on the same policy, prompts, group, batch and reward; seconds per timed step."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from lemon.train.policy import load_policy
+
+    model, tok = load_policy()
+    gen: list[float] = []
+    timed_generate(model, gen)
+    steps: list[tuple[float, float]] = []
+
+    class Clock(TrainerCallback):
+        def on_step_begin(self, *a, **k):  # type: ignore[no-untyped-def]
+            self.t0, self.g0 = time.perf_counter(), sum(gen)
+
+        def on_step_end(self, *a, **k):  # type: ignore[no-untyped-def]
+            steps.append((time.perf_counter() - self.t0, sum(gen) - self.g0))
+            log.info("TRL step %d: %.1fs (generation %.1fs)", len(steps), *steps[-1])
+
+    cfg = GRPOConfig(
+        output_dir=workdir, max_steps=setup.steps, learning_rate=setup.lr, num_generations=setup.group,
+        per_device_train_batch_size=4, gradient_accumulation_steps=setup.per_step * setup.group // 4,
+        max_completion_length=setup.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, beta=setup.kl_beta,
+        shuffle_dataset=False, bf16=False, gradient_checkpointing=False, use_cpu=True, report_to="none",
+        logging_steps=10_000, save_strategy="no", seed=seed, disable_tqdm=True, dataloader_pin_memory=False,
+        max_grad_norm=1.0, optim="adamw_torch", lr_scheduler_type="constant", warmup_steps=0)
+    data = Dataset.from_list([{"prompt": m} for m in setup.messages])
+    trainer = GRPOTrainer(model=model, reward_funcs=trl_reward, args=cfg, train_dataset=data,
+                          processing_class=tok, callbacks=[Clock()])
+    trainer.train()
+    timed = steps[1:]
+    return {"step_s": sum(t for t, _ in timed) / len(timed), "gen_s": sum(g for _, g in timed) / len(timed)}
+
+
+async def p5_async(args: argparse.Namespace) -> None:
+    import tempfile
+
+    import torch
+
+    torch.set_num_threads(2)
+    setup = p5_setup(args)
+    lemon = await time_lemon(setup, args.seed)
+    with tempfile.TemporaryDirectory() as tmp:
+        trl = time_trl(setup, args.seed, tmp)
+    ratio = trl["step_s"] / lemon["step_s"]
+    print(f"P5 {ratio:.2f}  LEMON GRPO step throughput / TRL GRPOTrainer, same policy, batch, group and reward "
+          f"(target >= {P5_TARGET}; {setup.per_step} prompts x group {setup.group}, {setup.max_new_tokens} new "
+          f"tokens, {args.p5_steps} timed steps after 1 warm-up)", flush=True)
+    print(f"P5-lemon {lemon['step_s']:.1f} s/step  = generation {lemon['gen_s']:.1f} + execution "
+          f"{lemon['exec_s']:.2f} + update {lemon['update_s']:.1f} (steps with an update: "
+          f"{lemon['updated']:.0%})", flush=True)
+    print(f"P5-trl {trl['step_s']:.1f} s/step  (generation {trl['gen_s']:.1f}, the rest scoring + update)",
+          flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=4, help="GSM8K train items (one step each)")
@@ -168,10 +340,17 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--quick", action="store_true", help="skip the uncapped pass")
+    ap.add_argument("--only", choices=("cf", "p5"), default=None, help="run only the CF or the P5 measurement")
+    ap.add_argument("--p5-tasks", type=int, default=2, help="P5: prompts per optimiser step (each x group 4)")
+    ap.add_argument("--p5-steps", type=int, default=3, help="P5: timed steps per trainer (after 1 warm-up)")
+    ap.add_argument("--p5-new-tokens", type=int, default=64, help="P5: max new tokens per completion")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    asyncio.run(main_async(args))
+    if args.only != "p5":
+        asyncio.run(main_async(args))
+    if args.only != "cf":
+        asyncio.run(p5_async(args))
 
 
 if __name__ == "__main__":

@@ -116,3 +116,9 @@ def test_overrides_are_validated(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError):
         effective_config(TrainSettings(run_dir=tmp_path, group_size=1))
+    scaled = effective_config(TrainSettings(run_dir=tmp_path, epochs=3, precision="bf16",
+                                            gradient_checkpointing=True))
+    assert (scaled.optim.epochs, scaled.optim.precision, scaled.optim.gradient_checkpointing) == (3, "bf16", True)
+    # one line naming the field and the value (it used to end with pydantic's docs link only)
+    with pytest.raises(ConfigError, match=r"^invalid training override optim\.precision='fp16': Input should be"):
+        effective_config(TrainSettings(run_dir=tmp_path, precision="fp16"))

@@ -138,3 +138,150 @@ def test_inference_stops_and_budgets_as_training_does(monkeypatch: pytest.Monkey
     monkeypatch.setattr(gen, "_load", lambda: (Model(), Tok()))
     gen.generate([{"role": "user", "content": "t"}], 16, 0.0, 0)
     assert set(seen["eos_token_id"]) == eos_ids(Model(), Tok()) == {2, 7}
+
+
+def _epochs_cfg(epochs: int) -> TrainConfig:
+    return TrainConfig.model_validate({"credit": {"kl_beta": 0.0, "clip_eps": 0.2},
+                                       "optim": {"lr": 1.0, "epochs": epochs, "max_grad_norm": 1e9}})
+
+
+@pytest.mark.parametrize("lr", [0.05, 50.0])
+def test_later_epochs_score_the_clipped_ratio_to_the_sampling_policy(lr: float) -> None:
+    """Epoch 2 = PPO's clipped surrogate against epoch 1's log-probs: a first step that moved the sampled
+    tokens' probability past 1 + eps leaves nothing to learn (no move); a small one is taken again."""
+    policy = SlotPolicy.create()
+    batch = _batch(policy, 1.0)
+    one, two = copy.deepcopy(policy.model), copy.deepcopy(policy.model)
+    policy_update(one, batch, torch.optim.SGD(one.parameters(), lr=lr), _epochs_cfg(1), 0)
+    stats = policy_update(two, batch, torch.optim.SGD(two.parameters(), lr=lr), _epochs_cfg(2), 0)
+    moved_again = float((two.theta - one.theta).detach().abs().max())
+    if lr > 1:  # every sampled token's ratio is far above 1.2 after the first step: clipped, zero gradient
+        assert moved_again == 0.0
+    else:  # ratio inside the clip range: the second step is the ratio-weighted policy gradient, same sign
+        step1 = (one.theta - policy.model.theta).detach()
+        step2 = (two.theta - one.theta).detach()
+        assert moved_again > 0 and float((step1 * step2).sum()) > 0
+    assert stats["updated"] == 1.0
+
+
+def _tiny_lora_llama() -> torch.nn.Module:
+    """A tiny random Llama with a LoRA adapter whose dropout is 0.5 (so dropout left on would show)."""
+    import transformers
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, pad_token_id=0)
+    model = get_peft_model(transformers.LlamaForCausalLM(config), LoraConfig(
+        r=4, lora_alpha=8, lora_dropout=0.5, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    with torch.no_grad():  # a non-zero adapter, so its dropout changes the output
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    return model.train()
+
+
+def test_gradient_checkpointing_recomputes_and_changes_nothing_else() -> None:
+    """Checkpointing runs only in training mode in transformers: the update must still score without dropout
+    (LoRA's included) and take the same step; the layer's forward runs again in backward (the memory saving)."""
+    from lemon.train.grpo import enable_checkpointing
+
+    batch = StepBatch([[1, 2, 3], [4, 5]], [[6, 7, 8, 9], [10, 11]], [1.0, -0.5], [[], []])
+    results = []
+    for checkpointing in (False, True):
+        model = _tiny_lora_llama()
+        attn = model.base_model.model.model.layers[0].self_attn
+        seen: list[tuple[bool, bool]] = []
+        attn.register_forward_pre_hook(lambda mod, args, m=model, seen=seen: seen.append(
+            (mod.training, any(d.training for d in m.modules() if isinstance(d, torch.nn.Dropout)))))
+        if checkpointing:
+            enable_checkpointing(model)
+        cfg = TrainConfig.model_validate({"credit": {"kl_beta": 0.0},
+                                          "optim": {"lr": 0.5, "gradient_checkpointing": checkpointing,
+                                                    "share_prompt": False}})
+        policy_update(model, batch, torch.optim.SGD(model.parameters(), lr=0.5), cfg, 0)
+        results.append([p.detach().clone() for p in model.parameters()])
+        assert len(seen) == (2 if checkpointing else 1)  # recomputed in backward
+        assert seen[0] == (checkpointing, False)  # training mode only with checkpointing; dropout never on
+        assert model.training  # restored
+    assert max(float((a - b).abs().max()) for a, b in zip(*results, strict=True)) < 1e-6
+
+
+def _plain_llama() -> torch.nn.Module:
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, pad_token_id=0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def test_a_shared_prompt_is_scored_once_with_the_same_logprobs_and_gradients() -> None:
+    """A group's prompt runs once and its completions reuse the prompt's key/value cache: same numbers."""
+    from lemon.train.generation import batch_logprobs, shared_prompt_logprobs
+
+    prompt, comps = [5, 6, 7, 8, 9, 10, 11], [[12, 13, 14, 15], [16, 17], [18, 19, 20, 21, 22], [23]]
+    results = []
+    for shared in (False, True):
+        model = _plain_llama()
+        if shared:
+            lp, mask, _ = shared_prompt_logprobs(model, prompt, comps, 0)
+        else:
+            lp, mask, _ = batch_logprobs(model, [prompt] * 4, comps, 0)
+        (lp * mask).sum().backward()
+        results.append((lp.detach() * mask, [p.grad.clone() for p in model.parameters()]))
+    (lp0, g0), (lp1, g1) = results
+    assert torch.allclose(lp0, lp1, atol=1e-5)
+    assert max(float((a - b).abs().max()) for a, b in zip(g0, g1, strict=True)) < 1e-5
+
+
+def test_micro_batches_are_cut_at_group_boundaries_when_prompts_are_shared() -> None:
+    from lemon.train.grpo import micro_batches
+
+    prompts = [[1]] * 4 + [[2]] * 4 + [[3]] * 2
+    assert micro_batches(prompts, 4, by_prompt=True) == [slice(0, 4), slice(4, 8), slice(8, 10)]
+    assert micro_batches(prompts, 3, by_prompt=True) == [slice(0, 3), slice(3, 4), slice(4, 7), slice(7, 8),
+                                                         slice(8, 10)]
+    assert micro_batches(prompts, 4, by_prompt=False) == [slice(0, 4), slice(4, 8), slice(8, 10)]
+    assert micro_batches(prompts, 8, by_prompt=False) == [slice(0, 8), slice(8, 10)]
+
+
+def test_an_update_with_shared_prompts_equals_one_without() -> None:
+    """Two groups with a KL reference: the same step whether each group's prompt runs once or per row."""
+    batch = StepBatch([[1, 2, 3]] * 3 + [[4, 5]] * 3, [[6, 7, 8, 9], [10, 11], [12], [13, 14], [15, 16, 17], [18]],
+                      [1.0, -0.5, -0.5, 0.2, 0.3, -0.5], [[], [], [], [], [], []])
+    results = []
+    for share in (False, True):
+        model = _plain_llama()
+        ref = Reference(model, copy.deepcopy(model).requires_grad_(False))
+        cfg = TrainConfig.model_validate({"credit": {"kl_beta": 0.1}, "optim": {"lr": 0.5, "epochs": 2,
+                                                                                  "share_prompt": share}})
+        policy_update(model, batch, torch.optim.SGD(model.parameters(), lr=0.5), cfg, 0, ref)
+        results.append([p.detach().clone() for p in model.parameters()])
+    assert max(float((a - b).abs().max()) for a, b in zip(*results, strict=True)) < 1e-5
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_generation_with_a_shared_prefill_samples_what_it_samples_without(temperature: float) -> None:
+    """A group's prompt is prefilled once and its cache repeated: the same completions, greedy or seeded."""
+    from types import SimpleNamespace
+
+    from lemon.train.generation import generate, shared_prefill
+
+    model = _plain_llama()
+    tok = SimpleNamespace(pad_token_id=0, eos_token_id=63, decode=lambda ids, **k: "".join(chr(65 + i % 26)
+                                                                                          for i in ids))
+    prompts = [[5, 6, 7, 8]] * 3 + [[9, 10]] * 3
+    assert shared_prefill(model, prompts, 0) is not None
+    assert shared_prefill(model, prompts[:1] + prompts[3:4], 0) is None  # no prompt repeats
+    widths: list[int] = []
+    model.model.register_forward_pre_hook(lambda mod, args, kw: widths.append(kw["input_ids"].shape[1]),
+                                          with_kwargs=True)
+    runs, first = [], []
+    for share in (False, True):
+        widths.clear()
+        runs.append([c.ids for c in generate(model, tok, prompts, max_new_tokens=6, temperature=temperature,
+                                             seed=3, share_prompt=share)])
+        first.append(widths[:2])
+    assert runs[0] == runs[1] and all(len(r) >= 1 for r in runs[0])
+    assert first == [[4, 1], [3, 1]]  # unshared: 6 rows x 4; shared: 2 distinct prompts x 3, then 1 token

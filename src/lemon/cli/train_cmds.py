@@ -139,12 +139,21 @@ def train_cmd(
     uncertain: Annotated[int | None, typer.Option(help="Keep only tasks one CoT agent at the strongest level "
                                                        "solves under some but not all of N worker seeds.")] = None,
     lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
+    epochs: Annotated[int | None, typer.Option(help="Override optim.epochs (optimiser steps per batch; "
+                                                    "> 1 uses the clipped ratio).")] = None,
+    precision: Annotated[str | None, typer.Option(help="Override optim.precision: auto, fp32 or bf16.")] = None,
+    gradient_checkpointing: Annotated[bool | None, typer.Option(
+        "--gradient-checkpointing/--no-gradient-checkpointing", help="Override optim.gradient_checkpointing.",
+        show_default=False)] = None,
     data_dir: DataDirOpt = None,
     seed: Annotated[int, opt("seed", help="Seed of sampling, task order and counterfactual choices.")] = 0,
     threads: ThreadsOpt = 2,
     no_cache: NoCacheOpt = False,
 ) -> None:
-    """Orchestration-level GRPO with localized counterfactual credit on a benchmark's training split."""
+    """Orchestration-level GRPO with localized counterfactual credit on a benchmark's training split.
+
+    Data-parallel on N devices: accelerate launch --multi_gpu --num_processes N -m lemon.cli.main train ...
+    """
     _need_train_extra()
     from lemon.train.grpo import TrainSettings, train
     from lemon.train.rollout import Ablation
@@ -163,7 +172,8 @@ def train_cmd(
                           fixed_structure=fixed_structure),  # type: ignore[arg-type]
         lora=lora, cache=not no_cache, threads=threads, group_size=group_size, max_new_tokens=policy_max_tokens,
         kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step, worker_samples=worker_samples,
-        uncertain_samples=uncertain)
+        uncertain_samples=uncertain, epochs=epochs, precision=precision,
+        gradient_checkpointing=gradient_checkpointing)
     with _progress(err_console) as bar:
         summary = asyncio.run(train(settings, on_step=_step_reporter(bar, steps)))
     console.print(f"steps {summary.first_step}..{summary.last_step} done; metrics {out / 'metrics.jsonl'}",

@@ -1,4 +1,4 @@
-"""Load a capacity pool from a built-in name (`cpu`, `tiny`: data files in `llm/pools/`) or a YAML file.
+"""Load a capacity pool from a built-in name (`cpu`, `tiny`, `paper-vllm`: files in `llm/pools/`) or a YAML file.
 
 Levels that name the same model share ONE backend instance (so one llama.cpp model is loaded once and its
 calls are serialised), and, unless disabled, every backend sits behind the persistent SQLite request cache.
@@ -10,6 +10,7 @@ a `file://` URL) or a crash inside llama.cpp (`n_threads: 100000` segfaulted).
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +26,7 @@ from lemon.llm.pool import Level, Pool
 from lemon.paths import llm_cache_path
 from lemon.yamlfile import load_yaml
 
-BUILTIN = ("cpu", "tiny")
+BUILTIN = ("cpu", "tiny", "paper-vllm")
 _NAME = r"^[a-z][a-z0-9_]{0,23}$"
 MAX_POOL_FILE_BYTES = 1 << 20
 # No CPU LEMON runs on has more cores than this; llama.cpp crashed (SIGSEGV) on 100000 threads.
@@ -47,6 +48,8 @@ class LevelConfig(BaseModel):
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # pin for a `model:` given as a path
     # openai
     base_url: str | None = Field(default=None, max_length=2048)
+    # An environment variable that, when set, replaces base_url (one pool file for many hosts).
+    base_url_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     timeout_s: float = Field(default=120.0, gt=0, le=86_400)
     max_retries: int = Field(default=3, ge=0, le=10)
@@ -60,11 +63,26 @@ class LevelConfig(BaseModel):
     def _http_url(cls, value: str | None) -> str | None:
         if value is None:
             return value
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if not _is_http_url(value):
             raise ValueError(f"must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080/v1; "
                              f"got {value[:80]!r}")
         return value
+
+
+def _is_http_url(value: str) -> bool:
+    parts = urlsplit(value)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def _with_env_url(where: str, lv: LevelConfig) -> LevelConfig:
+    """`base_url_env`, when that variable is set, replaces `base_url` (checked like a URL in the file)."""
+    value = os.environ.get(lv.base_url_env or "", "").strip()
+    if not lv.base_url_env or not value:
+        return lv
+    if len(value) > 2048 or not _is_http_url(value):
+        raise ConfigError(f"{where}: level {lv.name!r}: environment variable {lv.base_url_env}={value[:80]!r} is "
+                          "not an http:// or https:// URL with a host, e.g. http://10.0.0.7:8001/v1")
+    return lv.model_copy(update={"base_url": value})
 
 
 class DefaultsConfig(BaseModel):
@@ -129,6 +147,7 @@ def read_pool_config(name_or_path: str) -> PoolConfig:
     """Parse and check a pool definition without loading any model."""
     where, text = _read(name_or_path)
     cfg = _decode(where, text)
+    cfg = cfg.model_copy(update={"levels": tuple(_with_env_url(where, lv) for lv in cfg.levels)})
     names = [lv.name for lv in cfg.levels]
     if len(set(names)) != len(names):
         raise ConfigError(f"{where}: level names must be unique, got {names}")
@@ -139,7 +158,8 @@ def read_pool_config(name_or_path: str) -> PoolConfig:
             raise ConfigError(f"{where}: level {lv.name!r}: unknown embedded model {lv.model!r}; use one of "
                               f"{', '.join(MODELS)} or a path ending in .gguf")
         if lv.backend == "openai" and not lv.base_url:
-            raise ConfigError(f"{where}: level {lv.name!r} uses backend openai but has no base_url")
+            env = f" and {lv.base_url_env} is not set" if lv.base_url_env else ""
+            raise ConfigError(f"{where}: level {lv.name!r} uses backend openai but has no base_url{env}")
     return cfg
 
 

@@ -108,12 +108,22 @@ class WorkerConfig(_Strict):
 
 
 class OptimConfig(_Strict):
-    """AdamW settings of the policy update (one optimiser step per batch of groups)."""
+    """AdamW settings of the policy update (`epochs` optimiser steps per batch of groups)."""
 
     lr: float = Field(default=1e-5, ge=0.0)  # 0 switches learning off (tests)
     weight_decay: float = Field(default=0.0, ge=0.0)
     max_grad_norm: float = Field(default=1.0, gt=0.0)
     micro_batch: int = Field(default=4, ge=1)
+    # Optimiser steps on each batch; > 1 scores later epochs against the sampling policy's log-probs with
+    # PPO's clipped ratio (credit.clip_eps). 1 = plain GRPO, the ratio is 1 and clipping inactive.
+    epochs: int = Field(default=1, ge=1, le=16)
+    # auto = bf16 autocast on a GPU (fp32 master weights; a LoRA base is loaded in bf16), fp32 on the CPU.
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    # Recompute activations in the backward pass: less memory for long completions and large policies.
+    gradient_checkpointing: bool = False
+    # Score a group's shared prompt once and its completions from the prompt's key/value cache (same numbers,
+    # P + G*T instead of G*(P + T) tokens). Off under gradient checkpointing (transformers drops the cache).
+    share_prompt: bool = True
 
 
 class GroupConfig(_Strict):

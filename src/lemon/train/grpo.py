@@ -8,8 +8,12 @@
    workers sampled as in evaluation), plans counterfactual edits in task order and runs them;
 3. **credit**: `build_batch` turns rewards into group-relative advantages on every completion token and
    Δ on the tokens of each edited field, both divided by ONE scale (`credit.advantage_scales`);
-4. **update**: one AdamW step on `policy_gradient_loss + counterfactual_loss` (+ k3 KL to the reference),
-   skipped when the batch carries no signal.
+4. **update**: `optim.epochs` AdamW steps (1 by default; later epochs use PPO's clipped ratio to the
+   sampling policy) on `policy_gradient_loss + counterfactual_loss` (+ k3 KL to the reference), skipped
+   when the batch carries no signal. Each group's prompt is scored once (`optim.share_prompt`).
+
+Under `accelerate launch` each process runs the four phases on its share of the step's tasks; the loss is
+a token mean over the global batch and the groups are gathered for the metrics (`lemon.train.distributed`).
 
 Every step appends a metrics row (rewards, validity, accuracy, the seconds of each phase, the relative weight
 change, KL, distinct teams and the sampled-token entropy) and the sampled specs to the run directory.
@@ -23,17 +27,20 @@ change between releases. Per-step randomness (sampling, counterfactual choices, 
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import json
 import logging
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import ValidationError
 
 from lemon.errors import ConfigError, LemonError
 from lemon.orchestrator.policy_prompt import policy_messages
@@ -51,7 +58,8 @@ from lemon.train.credit import (
     k3_kl,
     policy_gradient_loss,
 )
-from lemon.train.generation import Completion, batch_logprobs
+from lemon.train.distributed import Distributed, check_shares, open_distributed
+from lemon.train.generation import Completion, score_completions
 from lemon.train.policy_handle import HFPolicy, PolicyHandle, Reference
 from lemon.train.rollout import Ablation, GroupResult, RolloutSettings, rollout_groups
 from lemon.train.run_dir import RunDir
@@ -95,6 +103,9 @@ class TrainSettings:
     worker_samples: int | None = None
     # Keep only tasks one CoT agent solves under some but not all of this many worker seeds (curriculum.py).
     uncertain_samples: int | None = None
+    epochs: int | None = None
+    precision: str | None = None
+    gradient_checkpointing: bool | None = None
 
 
 def effective_config(s: TrainSettings) -> TrainConfig:
@@ -115,10 +126,15 @@ def effective_config(s: TrainSettings) -> TrainConfig:
         data["sampler"]["families"] = tuple(s.families)
     if s.worker_samples is not None:
         data["workers"]["samples"] = s.worker_samples
+    for key in ("epochs", "precision", "gradient_checkpointing"):
+        if getattr(s, key) is not None:
+            data["optim"][key] = getattr(s, key)
     try:
         return TrainConfig.model_validate(data)
-    except Exception as exc:  # pydantic ValidationError: one line
-        raise ConfigError(f"invalid training override: {str(exc).splitlines()[-1].strip()}") from None
+    except ValidationError as exc:  # one line naming the field (the text's last line is only a docs link)
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise ConfigError(f"invalid training override {loc}={err.get('input')!r}: {err['msg']}") from None
 
 
 def task_indices(step: int, n_tasks: int, per_step: int, seed: int) -> list[int]:
@@ -186,63 +202,134 @@ def _trainable(model: Any) -> list[torch.nn.Parameter]:
 
 def _relative_change(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> float:
     """||after - before|| / ||before|| over all trainable tensors (the 'did the policy move' number)."""
-    num = math.sqrt(sum(float((a - b).double().pow(2).sum()) for a, b in zip(after, before, strict=True)))
-    den = math.sqrt(sum(float(b.double().pow(2).sum()) for b in before))
+    # Per-tensor fp32 norms (one pass each), squared and summed in Python floats: a fp64 copy of every
+    # tensor cost ~2.5 s per step on SmolLM2 on 2 cores, for a monitor that needs 3 digits.
+    num = math.sqrt(sum(float(torch.linalg.vector_norm(a - b)) ** 2 for a, b in zip(after, before, strict=True)))
+    den = math.sqrt(sum(float(torch.linalg.vector_norm(b)) ** 2 for b in before))
     return num / den if den > 0 else num
 
 
+@dataclass
+class _Memo:
+    """Per micro-batch tensors kept across epochs: the sampling policy's log-probs and the reference's."""
+
+    old: dict[int, torch.Tensor] = field(default_factory=dict)
+    ref: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
 def _accumulate(model: Any, batch: StepBatch, cfg: TrainConfig, pad_id: int, reference: Reference | None,
-                stats: dict[str, float]) -> None:
-    """Forward + backward over micro-batches; the loss is one token mean over the whole batch."""
-    n_tokens = sum(len(c) for c in batch.completions)
+                stats: dict[str, float] | None, n_tokens: float, dist: Distributed, memo: _Memo,
+                first: bool) -> None:
+    """Forward + backward over micro-batches; the loss is one token mean over the whole (global) batch.
+
+    `n_tokens` counts the completion tokens of every process; the gradient all-reduce runs on the last
+    micro-batch only. Epochs after the first score PPO's clipped ratio against the first epoch's log-probs.
+    """
     temp = cfg.rollout.temperature
-    for b in range(0, len(batch.completions), cfg.optim.micro_batch):
-        sl = slice(b, b + cfg.optim.micro_batch)
-        lp, mask, _ = batch_logprobs(model, batch.prompts[sl], batch.completions[sl], pad_id, temp)
-        t = lp.shape[1]
-        adv = torch.tensor(batch.advantages[sl], dtype=lp.dtype, device=lp.device)[:, None].expand(-1, t)
-        cf = torch.stack([counterfactual_advantages(t, terms).to(lp.device, lp.dtype)
-                          for terms in batch.cf_terms[sl]])
-        ref_lp = None if reference is None else reference.logprobs(
-            batch.prompts[sl], batch.completions[sl], pad_id, temp)
-        share = mask.sum().item() / n_tokens  # token-mean over the whole batch, not per micro-batch
-        pg = policy_gradient_loss(lp, adv, mask, ref_logprobs=ref_lp, kl_beta=cfg.credit.kl_beta) * share
-        cfl = counterfactual_loss(lp, cf, mask) * share
-        (pg + cfl).backward()
-        stats["loss_pg"] += float(pg.detach())
-        stats["loss_cf"] += float(cfl.detach())
-        stats["entropy"] += float(-(lp.detach() * mask).sum()) / n_tokens
-        if ref_lp is not None:
-            stats["kl"] += float((k3_kl(lp.detach(), ref_lp) * mask).sum()) / n_tokens
+    share = can_share_prompt(dist.unwrap(model), cfg)
+    slices = micro_batches(batch.prompts, cfg.optim.micro_batch, by_prompt=share)
+    dist.same_count(len(slices), "micro-batches")
+    for k, sl in enumerate(slices):
+        b = sl.start
+        with dist.no_sync(model, sync=k == len(slices) - 1):
+            lp, mask, _ = score_completions(model, batch.prompts[sl], batch.completions[sl], pad_id, temp, share)
+            t = lp.shape[1]
+            adv = torch.tensor(batch.advantages[sl], dtype=lp.dtype, device=lp.device)[:, None].expand(-1, t)
+            cf = torch.stack([counterfactual_advantages(t, terms).to(lp.device, lp.dtype)
+                              for terms in batch.cf_terms[sl]])
+            if reference is not None and b not in memo.ref:
+                memo.ref[b] = reference.logprobs(batch.prompts[sl], batch.completions[sl], pad_id, temp, share)
+            ref_lp = memo.ref.get(b)
+            if first and cfg.optim.epochs > 1:
+                memo.old[b] = lp.detach()
+            share = mask.sum().item() / n_tokens  # token-mean over the whole batch, not per micro-batch
+            pg = policy_gradient_loss(lp, adv, mask, old_logprobs=None if first else memo.old[b],
+                                      clip_eps=cfg.credit.clip_eps, ref_logprobs=ref_lp,
+                                      kl_beta=cfg.credit.kl_beta) * share
+            cfl = counterfactual_loss(lp, cf, mask) * share
+            dist.backward((pg + cfl) * dist.loss_scale)
+        if stats is not None:
+            stats["loss_pg"] += float(pg.detach())
+            stats["loss_cf"] += float(cfl.detach())
+            stats["entropy"] += float(-(lp.detach() * mask).sum()) / n_tokens
+            if ref_lp is not None:
+                stats["kl"] += float((k3_kl(lp.detach(), ref_lp) * mask).sum()) / n_tokens
+
+
+def can_share_prompt(model: Any, cfg: TrainConfig) -> bool:
+    """Score a group's prompt once (`generation.shared_prompt_logprobs`): an HF model (a key/value cache),
+    and no gradient checkpointing, under which transformers drops the cache."""
+    return cfg.optim.share_prompt and not cfg.optim.gradient_checkpointing and hasattr(model, "config")
+
+
+def micro_batches(prompts: Sequence[Sequence[int]], size: int, *, by_prompt: bool) -> list[slice]:
+    """Consecutive rows, at most `size` each; with `by_prompt` also cut where the prompt changes, so a
+    micro-batch is (part of) one group and its prompt runs once."""
+    out: list[slice] = []
+    start = 0
+    for i in range(1, len(prompts) + 1):
+        if i == len(prompts) or i - start == size or (by_prompt and list(prompts[i]) != list(prompts[start])):
+            out.append(slice(start, i))
+            start = i
+    return out
+
+
+@contextlib.contextmanager
+def scoring_mode(model: Any, checkpointing: bool) -> Iterator[None]:
+    """The mode the loss is computed in: no dropout, like generation (review item 6).
+
+    Plain eval mode, except with gradient checkpointing, which transformers applies only in training mode:
+    then the model is in training mode with every dropout module switched off.
+    """
+    was_training = model.training
+    try:
+        if checkpointing:
+            model.train()
+            for m in model.modules():
+                if isinstance(m, torch.nn.Dropout):
+                    m.eval()
+        else:
+            model.eval()
+        yield
+    finally:
+        model.train(was_training)
 
 
 def policy_update(model: Any, batch: StepBatch, optimizer: Any, cfg: TrainConfig, pad_id: int,
-                  reference: Reference | None = None) -> dict[str, float]:
-    """One optimiser step on the batch; returns loss parts, KL, grad norm and the relative weight change.
+                  reference: Reference | None = None, dist: Distributed | None = None) -> dict[str, float]:
+    """`optim.epochs` optimiser steps on the batch; returns loss parts, KL, grad norm and the weight change.
 
-    The forward runs in eval mode: the completions were sampled without dropout (LoRA dropout included),
-    and the loss must score the distribution that sampled them. A batch without signal (every advantage and
-    Δ zero) takes no step at all, even with a KL term: Adam's momentum would otherwise keep moving the policy
-    on batches that say nothing (review item 7).
+    The forward runs without dropout (LoRA dropout included): the completions were sampled without it, and
+    the loss must score the distribution that sampled them. A batch without signal (every advantage and Δ
+    zero, on every process) takes no step at all, even with a KL term: Adam's momentum would otherwise keep
+    moving the policy on batches that say nothing (review item 7). Loss, KL and entropy are those of the
+    first epoch (the sampling policy), summed over processes.
     """
+    dist = dist or Distributed()
     stats = {"loss_pg": 0.0, "loss_cf": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "updated": 0.0,
              "weight_change": 0.0}
-    if not batch.has_signal() or sum(len(c) for c in batch.completions) == 0:
+    signal, n_tokens = dist.all_sum([float(batch.has_signal()), float(sum(len(c) for c in batch.completions))])
+    if signal == 0 or n_tokens == 0:
         return stats
-    was_training = model.training
-    model.eval()
     params = _trainable(model)
-    try:
-        optimizer.zero_grad(set_to_none=True)
-        _accumulate(model, batch, cfg, pad_id, reference if cfg.credit.kl_beta > 0 else None, stats)
-        stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(params, cfg.optim.max_grad_norm))
-        before = [p.detach().clone() for p in params]
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        stats["weight_change"] = _relative_change(before, [p.detach() for p in params])
-        stats["updated"] = 1.0
-    finally:
-        model.train(was_training)
+    before = [p.detach().clone() for p in params]
+    memo = _Memo()
+    with scoring_mode(model, cfg.optim.gradient_checkpointing):
+        for epoch in range(cfg.optim.epochs):
+            optimizer.zero_grad(set_to_none=True)
+            _accumulate(model, batch, cfg, pad_id, reference if cfg.credit.kl_beta > 0 else None,
+                        stats if epoch == 0 else None, n_tokens, dist, memo, first=epoch == 0)
+            norm = dist.clip_grad_norm(params, cfg.optim.max_grad_norm)
+            if epoch == 0:
+                stats["grad_norm"] = norm
+            optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    for key, total in zip(("loss_pg", "loss_cf", "kl", "entropy"),
+                          dist.all_sum([stats["loss_pg"], stats["loss_cf"], stats["kl"], stats["entropy"]]),
+                          strict=True):
+        stats[key] = total
+    stats["weight_change"] = _relative_change(before, [p.detach() for p in params])
+    stats["updated"] = 1.0
     return stats
 
 
@@ -331,7 +418,13 @@ ProgressHook = Callable[[int, dict[str, Any]], None]
 
 @dataclass
 class Trainer:
-    """The state of one GRPO run; `step(n)` runs the four phases of step n (see the module docstring)."""
+    """The state of one GRPO run; `step(n)` runs the four phases of step n (see the module docstring).
+
+    In a data-parallel run (`dist`, see `lemon.train.distributed`) each process generates and rolls out its
+    share of the step's tasks and updates on it; `update_model` is the engine-wrapped policy the update runs
+    (None: `policy.model`). The groups of all processes are then gathered, in task order, for the metrics and
+    the adaptive sampler, so every process keeps the same sampler state and only the main one writes.
+    """
 
     settings: TrainSettings
     cfg: TrainConfig
@@ -343,6 +436,14 @@ class Trainer:
     sampler: AdaptiveFamilySampler
     run: RunDir | None = None
     reference: Reference | None = None
+    dist: Distributed = field(default_factory=Distributed)
+    update_model: Any = None
+
+    def _seed(self, name: str, step: int) -> int:
+        """(seed, name, step) on one process, the same with the rank added on several (each draws its own)."""
+        if self.dist.world == 1:
+            return stable_seed(self.settings.seed, name, step)
+        return stable_seed(self.settings.seed, name, step, "rank", self.dist.rank)
 
     def generate(self, step: int, chosen: Sequence[TrainTask]) -> list[list[Completion]]:
         g = self.cfg.group.group_size
@@ -350,9 +451,24 @@ class Trainer:
         prompts = [self.policy.prompt_ids(policy_messages(t.prompt, self.roles, levels)) for t in chosen]
         comps = self.policy.sample([p for p in prompts for _ in range(g)],
                                    max_new_tokens=self.cfg.rollout.max_new_tokens,
-                                   temperature=self.cfg.rollout.temperature,
-                                   seed=stable_seed(self.settings.seed, "generate", step))
+                                   temperature=self.cfg.rollout.temperature, seed=self._seed("generate", step))
         return [comps[k * g:(k + 1) * g] for k in range(len(chosen))]
+
+    def _step_sampler(self, step: int) -> AdaptiveFamilySampler:
+        """The sampler the rollout draws from: the run's own on one process; on several, a copy with a
+        per-(step, rank) stream, whose history `_sync_sampler` then rebuilds identically everywhere."""
+        if self.dist.world == 1:
+            return self.sampler
+        mine = copy.deepcopy(self.sampler)
+        mine.reseed(self._seed("sampler", step))
+        return mine
+
+    def _sync_sampler(self, groups: Sequence[GroupResult]) -> None:
+        if self.dist.world > 1 and self.settings.cf:
+            for g in groups:
+                for smp in g.samples:
+                    if smp.cf is not None:
+                        self.sampler.update(smp.cf.family, smp.cf.delta)
 
     async def rollout(self, step: int, chosen: Sequence[TrainTask],
                       grouped: Sequence[Sequence[Completion]]) -> list[GroupResult]:
@@ -361,28 +477,35 @@ class Trainer:
                                    ablation=s.ablation, worker_samples=self.cfg.workers.samples)
         return await rollout_groups(
             self.executor, chosen, [[c.text for c in cs] for cs in grouped], roles=self.roles,
-            settings=settings, sampler=self.sampler if s.cf else None,
-            rng=random.Random(stable_seed(s.seed, "rollout", step)),
+            settings=settings, sampler=self._step_sampler(step) if s.cf else None,
+            rng=random.Random(self._seed("rollout", step)),
             seeds=[stable_seed(s.seed, "worker", t.id, step) for t in chosen])
+
+    def update(self, batch: StepBatch) -> dict[str, float]:
+        model = self.policy.model if self.update_model is None else self.update_model
+        return policy_update(model, batch, self.optimizer, self.cfg, self.policy.pad_id, self.reference, self.dist)
 
     async def step(self, step: int) -> dict[str, Any]:
         s, cfg = self.settings, self.cfg
         t0 = time.perf_counter()
         chosen = [self.tasks[i] for i in task_indices(step, len(self.tasks), cfg.rollout.tasks_per_step, s.seed)]
-        grouped = self.generate(step, chosen)
+        mine = self.dist.shard(chosen)
+        grouped = self.generate(step, mine)
         t1 = time.perf_counter()
-        groups = await self.rollout(step, chosen, grouped)
+        groups = await self.rollout(step, mine, grouped)
         t2 = time.perf_counter()
-        batch = build_batch(groups, grouped, cfg.credit, cf=s.cf)
-        upd = policy_update(self.policy.model, batch, self.optimizer, cfg, self.policy.pad_id, self.reference)
+        upd = self.update(build_batch(groups, grouped, cfg.credit, cf=s.cf))
         t3 = time.perf_counter()
+        if self.dist.world > 1:  # every process's groups, in task order
+            groups, grouped = self.dist.gather(groups), self.dist.gather(grouped)
+            self._sync_sampler(groups)
         row = step_metrics(step, groups, grouped, self.sampler if s.cf else None, cfg.sampler.families)
         row.update(upd)
         row.update({"task_ids": [t.id for t in chosen], "gen_s": t1 - t0, "exec_s": t2 - t1,
-                    "update_s": t3 - t2, "step_s": t3 - t0})
+                    "update_s": t3 - t2, "step_s": t3 - t0, "processes": self.dist.world})
         if row["valid_rate"] == 0.0:
             log.warning("step %d: %s", step, INVALID_HINT)
-        if self.run is not None:
+        if self.run is not None and self.dist.is_main:
             self.run.append(self.run.metrics_path, [row])
             self.run.append(self.run.samples_path, sample_rows(step, groups))
         return row
@@ -407,26 +530,45 @@ class Trainer:
 # ---- building a run ----------------------------------------------------------------------------------
 
 
-def _load_policy(s: TrainSettings, cfg: TrainConfig, checkpoint: Path | None) -> tuple[HFPolicy, Reference | None]:
+def _load_policy(s: TrainSettings, cfg: TrainConfig, checkpoint: Path | None, *, device: Any = None,
+                 precision: str = "fp32") -> tuple[HFPolicy, Reference | None]:
+    """The policy (and the KL reference) on `device`. Under bf16 the weights that do not train (a LoRA
+    base, the frozen reference) are loaded in bf16; trained weights stay fp32 under autocast."""
     from lemon.train.policy import load_policy
 
+    frozen_dtype = torch.bfloat16 if precision == "bf16" else None
+    base_dtype = frozen_dtype if s.lora else None
     if checkpoint is None:
-        model, tok = load_policy(s.policy, lora=cfg.lora if s.lora else None)
+        model, tok = load_policy(s.policy, lora=cfg.lora if s.lora else None, dtype=base_dtype, device=device)
     elif not s.lora:
-        model, tok = load_policy(str(checkpoint))
+        model, tok = load_policy(str(checkpoint), device=device)
     else:
         from peft import PeftModel
 
-        base, tok = load_policy(s.policy)
+        base, tok = load_policy(s.policy, dtype=base_dtype, device=device)
         model = PeftModel.from_pretrained(base, str(checkpoint), is_trainable=True)
+    if cfg.optim.gradient_checkpointing:
+        enable_checkpointing(model)
     reference = None
     if cfg.credit.kl_beta > 0:
         frozen = None
         if not s.lora:
-            frozen, _ = load_policy(s.policy)
+            frozen, _ = load_policy(s.policy, dtype=frozen_dtype, device=device)
             frozen.eval().requires_grad_(False)
         reference = Reference(model, frozen)
     return HFPolicy(model, tok), reference
+
+
+def enable_checkpointing(model: Any) -> None:
+    """Activation (gradient) checkpointing, non-reentrant, so a LoRA model needs no input gradients."""
+    enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.2x
+    if enable is not None:
+        enable({"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if float(getattr(model.config, "attention_dropout", 0.0) or 0.0) > 0:
+        log.warning("gradient checkpointing scores in training mode: attention_dropout %.2f will apply",
+                    model.config.attention_dropout)
 
 
 def worker_executor(pool: Any, roles: RoleLibrary, cfg: TrainConfig) -> Executor:
@@ -476,30 +618,48 @@ def _check_ablation(s: TrainSettings) -> None:
                               f"{s.pool!r}; valid: {', '.join(pool_level_names(s.pool))}")
 
 
+def _open_run(s: TrainSettings, cfg: TrainConfig, split: str, tasks: Sequence[TrainTask],
+              dist: Distributed, extra: dict[str, Any] | None = None) -> tuple[RunDir, Path | None]:
+    """The run directory, opened (or checked for --resume) by the main process; its checkpoint for all."""
+    run = RunDir(s.run_dir)
+    info = {**_run_info(s, cfg, split, tasks), **(extra or {})}
+    checkpoint = dist.on_main(lambda: run.open(info, [t.id for t in tasks], resume=s.resume))
+    return run, checkpoint
+
+
+async def _uncertain(s: TrainSettings, tasks: Sequence[TrainTask],
+                     executor: Executor) -> tuple[list[TrainTask], dict[str, Any]]:
+    """The tasks one CoT agent solves under some but not all worker seeds, and what run.json records of it."""
+    from lemon.train.curriculum import uncertain_tasks
+
+    kept, measured = await uncertain_tasks(tasks, executor, samples=s.uncertain_samples or 2, seed=s.seed)
+    if not kept:
+        raise LemonError(f"no training task is uncertain for one agent at {measured.level} over "
+                         f"{measured.samples} worker seeds; use more tasks or another pool")
+    return kept, {"uncertainty": asdict(measured)}
+
+
 async def _open_trainer(s: TrainSettings, tasks: Sequence[TrainTask], split: str) -> tuple[Trainer, int]:
     """Load (or resume) everything a run needs; returns the trainer and its first step."""
     from lemon.llm.pools import load_pool
 
     cfg = effective_config(s)
     _check_ablation(s)
+    dist, precision = open_distributed(cfg.optim.precision)
+    check_shares(cfg.rollout.tasks_per_step, dist.world)
     roles = RoleLibrary.load()
     executor = worker_executor(load_pool(s.pool, cache=s.cache), roles, cfg)
-    info = _run_info(s, cfg, split, tasks)
+    extra: dict[str, Any] = {}
     if s.uncertain_samples:
-        from lemon.train.curriculum import uncertain_tasks
-
-        tasks, measured = await uncertain_tasks(tasks, executor, samples=s.uncertain_samples, seed=s.seed)
-        info["uncertainty"] = asdict(measured)
-        info["data"]["item_ids"] = [t.id for t in tasks]
-        if not tasks:
-            raise LemonError(f"no training task is uncertain for one agent at {measured.level} over "
-                             f"{measured.samples} worker seeds; use more tasks or another pool")
-    run = RunDir(s.run_dir)
-    checkpoint = run.open(info, [t.id for t in tasks], resume=s.resume)
-    policy, reference = _load_policy(s, cfg, checkpoint)
+        tasks, extra = await _uncertain(s, tasks, executor)
+    run, checkpoint = _open_run(s, cfg, split, tasks, dist, extra)
+    policy, reference = _load_policy(s, cfg, checkpoint, device=dist.device, precision=precision)
     optimizer = torch.optim.AdamW(_trainable(policy.model), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    wrapped, optimizer = dist.prepare(policy.model, optimizer)
+    policy.synced_gpus = dist.sharded
     sampler = AdaptiveFamilySampler.from_config(cfg.sampler, seed=stable_seed(s.seed, "sampler"))
-    trainer = Trainer(s, cfg, policy, executor, roles, tasks, optimizer, sampler, run=run, reference=reference)
+    trainer = Trainer(s, cfg, policy, executor, roles, tasks, optimizer, sampler,
+                      run=run if dist.is_main else None, reference=reference, dist=dist, update_model=wrapped)
     start = 1 if checkpoint is None else trainer.restore(checkpoint)
     if checkpoint is not None:
         log.info("resuming %s from step %d", s.run_dir, start - 1)
@@ -520,16 +680,19 @@ async def train(s: TrainSettings, *, tasks: Sequence[TrainTask] | None = None, s
         for step in range(start, s.steps + 1):
             last = await trainer.step(step)
             all_invalid = all_invalid + 1 if last["valid_rate"] == 0.0 else 0
-            if step % s.save_every == 0 or step == s.steps:
+            main = trainer.dist.is_main  # one process writes checkpoints and reports progress
+            if main and (step % s.save_every == 0 or step == s.steps):
                 trainer.save(step)
-            if on_step is not None:
+            if main and on_step is not None:
                 on_step(step, last)
             if all_invalid >= 2 and step == start + 1:
                 raise LemonError(f"steps {start}-{step}: {INVALID_HINT}")
     finally:
         await trainer.executor.pool.aclose()
     final = s.run_dir / "final"
-    export_final(trainer.policy, final)
+    if trainer.dist.is_main:
+        export_final(trainer.policy, final)
+    trainer.dist.wait()
     return TrainSummary(s.run_dir, start, s.steps, final, last)
 
 

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
-from lemon.train.generation import Completion, batch_logprobs, chat_prompt_ids, generate
+from lemon.train.generation import Completion, chat_prompt_ids, generate, score_completions
 
 
 class PolicyHandle(Protocol):
@@ -37,6 +37,7 @@ class HFPolicy:
 
     model: Any
     tokenizer: Any
+    synced_gpus: bool = False  # FSDP: every process steps generation until all are done (sharded forwards)
 
     @property
     def pad_id(self) -> int:
@@ -48,7 +49,8 @@ class HFPolicy:
     def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float,
                seed: int) -> list[Completion]:
         return generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
-                        temperature=temperature, seed=seed, batch_size=max(8, min(len(prompts), 32)))
+                        temperature=temperature, seed=seed, batch_size=max(8, min(len(prompts), 32)),
+                        synced_gpus=self.synced_gpus, share_prompt=True)
 
     def save(self, target: Path) -> None:
         self.model.save_pretrained(str(target), safe_serialization=True)
@@ -70,8 +72,9 @@ class Reference:
 
     @torch.no_grad()
     def logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
-                 temperature: float) -> torch.Tensor:
+                 temperature: float, share: bool = False) -> torch.Tensor:
+        """`share`: rows with one prompt run it once (`generation.score_completions`)."""
         if self.frozen is not None:
-            return batch_logprobs(self.frozen, prompts, completions, pad_id, temperature)[0]
+            return score_completions(self.frozen, prompts, completions, pad_id, temperature, share)[0]
         with self.policy_model.disable_adapter():
-            return batch_logprobs(self.policy_model, prompts, completions, pad_id, temperature)[0]
+            return score_completions(self.policy_model, prompts, completions, pad_id, temperature, share)[0]

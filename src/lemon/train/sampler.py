@@ -92,6 +92,10 @@ class AdaptiveFamilySampler:
         cands = [f for f in self.families if f in avail]
         return self._rng.choices(cands, weights=[probs[f] for f in cands], k=1)[0]
 
+    def reseed(self, seed: int) -> None:
+        """Restart the draw stream (a data-parallel process draws from its own per-step stream)."""
+        self._rng = random.Random(seed)
+
     def state_dict(self) -> dict[str, Any]:
         """JSON-serialisable state for --resume (settings, recent |Δ| per family, RNG state)."""
         version, internal, gauss = self._rng.getstate()

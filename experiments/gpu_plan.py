@@ -1,0 +1,330 @@
+"""The GPU experiment's bookkeeping, used by experiments/gpu.sh: what travels, in which pieces, and the stages.
+
+A lent GPU machine (docs: /work/shared/notes/gpu.md) has no network, takes at most 64 MiB per call, runs one
+command for at most 10 minutes, and is lent for about 30 minutes; it forgets everything ~30 s after a call.
+So everything it needs is packed HERE into pieces of at most PIECE_MIB (`pack`), each piece is sent by one
+call (`carry N`, back to back), files are re-assembled and sha256-checked there (`assemble`), and the
+experiment runs as stages that each leave a done-marker, so `run` can be called again and goes on where the
+last call stopped (`next`). `plan` prints all of it with the time budget; nothing here needs the GPU.
+Subcommands: plan | pack [--dry-run] | carry N | assemble | next (the stage to run now).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+MIB = 1 << 20
+PIECE_MIB = 56                       # + the working tree (~2 MiB) stays under the 64 MiB a call carries
+BUDGET_S = 30 * 60                   # device time of one session
+CALL_S = 600                         # one command at most
+START_S = 90                         # a cold machine's start (device README: "a minute or more")
+CARRY_CALL_S = 20                    # ASSUMED: one warm call moving ~56 MiB and unpacking it
+SMOLLM2 = ("SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432)
+QWEN05 = ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 491_400_064)
+QWEN15 = ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1_117_320_768)
+# pure-Python wheels (and pydantic-core for cp312) missing from, or older on, the GPU image (KINDS.md)
+WHEELS = ("pydantic==2.14.3", "pydantic-core==2.50.4", "annotated-types==0.8.0", "typing-inspection==0.4.5",
+          "gguf==0.19.0", "diskcache==5.6.3", "transformers==5.23.0", "huggingface-hub==2.4.0", "peft==0.21.2")
+WHEELS_BYTES = 16 * MIB              # their total, about
+LLAMA_SDIST = ("llama_cpp_python-0.3.36.tar.gz", 76_589_250)  # built there with CUDA (~5 min, gpu.md)
+DATA_BYTES = 13 * MIB                # the six benchmarks' files (../shared/data)
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    estimate_s: float
+    resumable: bool        # may be cut by the call's time limit and continued by the next call
+    what: str
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def stages() -> list[Stage]:
+    """The experiment, in order, with ASSUMED costs on one H100 (llama.cpp CUDA, 0.5B: ~374 tok/s, gpu.md)."""
+    steps, n_train, limit, seeds = (env_int("STEPS", 7), env_int("N_TRAIN", 60), env_int("LIMIT", 20),
+                                    env_int("SEEDS", 1))
+    step_s = env_int("STEP_S", 35)   # 4 tasks x group 4 specs x ~3 worker calls on serialised llama.cpp models
+    item_s = env_int("ITEM_S", 2)    # one evaluated item of one method
+    wheel = bool(os.environ.get("LLAMA_WHEEL"))
+    methods = 5
+    return [
+        Stage("wheels", 20, False, "pip install the carried wheels into $WORK/site"),
+        Stage("llama", 20 if wheel else 330, False,
+              "llama-cpp-python: install the carried CUDA wheel" if wheel else
+              "llama-cpp-python: build from the sdist with -DGGML_CUDA=on (sm_90); the wheel goes to $OUT"),
+        Stage("models", 40, False, "place the GGUFs, verify sha256 (lemon models --verify)"),
+        Stage("policy", 60, False, "the Qwen2.5-Coder-0.5B-Instruct policy: GGUF -> HF safetensors"),
+        Stage("sft", 60 + 1.2 * n_train, False, f"lemon sft: {n_train} teacher specs (cpu pool, large), 3 epochs"),
+        Stage("train-cf", 30 + steps * step_s, True,
+              f"lemon train: {steps} steps GRPO + counterfactual credit, --lora --precision bf16 "
+              "--gradient-checkpointing"),
+        Stage("train-global", 30 + steps * step_s, True, f"lemon train --no-cf: the same {steps} steps"),
+        Stage("eval", methods * limit * seeds * item_s, True,
+              f"lemon eval multiarith: cf, global, sft, cot, vanilla on {limit} test items x {seeds} seed(s)"),
+        Stage("report", 30, False, "lemon report + plots + step times -> $OUT"),
+    ]
+
+
+def carried_files() -> list[tuple[str, int]]:
+    """(name, bytes) of what travels, setup first (so a short first session can build the CUDA wheel from
+    the first pieces); the wheel of a previous session replaces the sdist when LLAMA_WHEEL names it."""
+    wheel = os.environ.get("LLAMA_WHEEL")
+    llama = (Path(wheel).name, Path(wheel).stat().st_size) if wheel else LLAMA_SDIST
+    return [("wheels.tar", WHEELS_BYTES), ("data.tar", DATA_BYTES), llama, SMOLLM2, QWEN05, QWEN15]
+
+
+def pieces_holding(files: list[tuple[str, int]], names: set[str]) -> int:
+    """How many leading pieces hold every chunk of `names`."""
+    last = 0
+    for k, chunks in enumerate(pieces_of(files)):
+        if any(n in names for n, _, _ in chunks):
+            last = k
+    return last + 1
+
+
+def pieces_of(files: list[tuple[str, int]], piece: int = PIECE_MIB * MIB) -> list[list[tuple[str, int, int]]]:
+    """Chunks (name, offset, length) bin-packed in order into pieces of at most `piece` bytes."""
+    out: list[list[tuple[str, int, int]]] = [[]]
+    room = piece
+    for name, size in files:
+        offset = 0
+        while offset < size:
+            if room == 0:
+                out.append([])
+                room = piece
+            n = min(room, size - offset)
+            out[-1].append((name, offset, n))
+            offset += n
+            room -= n
+    return out
+
+
+def print_plan() -> int:
+    files = carried_files()
+    pieces = pieces_of(files)
+    st = stages()
+    carry_s = len(pieces) * CARRY_CALL_S
+    run_s = sum(s.estimate_s for s in st)
+    total = START_S + carry_s + run_s
+    print(f"GPU experiment plan (budget {BUDGET_S // 60} min of device time, {CALL_S // 60} min per command)")
+    print("\n1. HERE, once (needs PyPI): bash experiments/gpu.sh pack   -> .gpu/pieces/NN (git-ignored)")
+    for name, size in files:
+        print(f"     {name:48s} {size / MIB:8.1f} MiB")
+    print(f"   = {sum(s for _, s in files) / MIB:.0f} MiB in {len(pieces)} pieces of <= {PIECE_MIB} MiB")
+    if not os.environ.get("LLAMA_WHEEL"):
+        k = pieces_holding(files, {"wheels.tar", "data.tar", LLAMA_SDIST[0]})
+        first = START_S + k * CARRY_CALL_S + st[0].estimate_s + st[1].estimate_s
+        print(f"\n   Session 0 (optional, ~{first / 60:.1f} min): carry pieces 00..{k - 1:02d}, then run: it builds "
+              "the CUDA wheel of llama-cpp-python and returns it in $OUT (llama-wheel.partNN); "
+              "`cat` them and pack again with LLAMA_WHEEL=that.whl to save the build in the experiment session")
+    print(f"\n2. ON THE GPU, back to back (the machine forgets ~30 s after a call): {len(pieces)} carrying calls")
+    print('     run(carry=[".gpu/pieces/NN"], command="bash experiments/gpu.sh carry NN")   NN = '
+          f"00..{len(pieces) - 1:02d}   ~{carry_s / 60:.1f} min (assumed {CARRY_CALL_S} s a call)")
+    print('\n3. ON THE GPU: run(command="bash experiments/gpu.sh run") until it prints "all stages done";')
+    print("   each call runs the next stages that fit in its 10 minutes (resumable ones are cut and continued)")
+    for s in st:
+        print(f"     {s.name:13s} ~{s.estimate_s / 60:5.1f} min  {'(resumable) ' if s.resumable else ''}{s.what}")
+    print(f"\nestimated device time: start {START_S / 60:.1f} + carrying {carry_s / 60:.1f} + stages "
+          f"{run_s / 60:.1f} = {total / 60:.1f} min (stage costs are assumptions; STEP_S, ITEM_S override)")
+    if total <= BUDGET_S:
+        print(f"fits in {BUDGET_S // 60} min ({(BUDGET_S - total) / 60:.1f} min to spare)")
+    else:
+        print(f"OVER BUDGET by {(total - BUDGET_S) / 60:.1f} min: lower STEPS / LIMIT / N_TRAIN, or run session 0 "
+              "first and pack with LLAMA_WHEEL (saves the ~5 min build)")
+    return 0
+
+
+def pack(out: Path, data_dir: Path, dry_run: bool) -> int:
+    """Gather the files HERE and cut them into pieces with a manifest (sha256 of every whole file)."""
+    sources = _sources(out, data_dir, dry_run)
+    if dry_run:
+        for name, src in sources:
+            print(f"would pack {name} from {src}")
+        return 0
+    n = write_pieces(sources, out / "pieces")
+    print(f"packed {len(sources)} files into {n} pieces under {out / 'pieces'}")
+    return 0
+
+
+def write_pieces(sources: list[tuple[str, Path]], root: Path, piece: int = PIECE_MIB * MIB) -> int:
+    """Cut the files into root/NN/NAME.OFFSET chunks; piece 00 also holds the manifest (sizes, sha256)."""
+    files = [(name, src.stat().st_size) for name, src in sources]
+    paths = dict(sources)
+    manifest: dict = {"files": {n: {"size": s, "sha256": _sha256(paths[n])} for n, s in files}, "pieces": []}
+    for k, chunks in enumerate(pieces_of(files, piece)):
+        folder = root / f"{k:02d}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, offset, n in chunks:
+            with paths[name].open("rb") as f, (folder / f"{name}.{offset:012d}").open("wb") as g:
+                f.seek(offset)
+                g.write(f.read(n))
+        manifest["pieces"].append([[name, offset, n] for name, offset, n in chunks])
+    (root / "00").mkdir(parents=True, exist_ok=True)
+    (root / "00" / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    return len(manifest["pieces"])
+
+
+def _sources(out: Path, data_dir: Path, dry_run: bool) -> list[tuple[str, Path]]:
+    from lemon.llm.models import ensure_model
+
+    stage = out / "staging"
+    wheel = os.environ.get("LLAMA_WHEEL")
+    found = [("wheels.tar", stage / "wheels.tar"), ("data.tar", stage / "data.tar")]
+    if dry_run:
+        found += [(n, Path(f"<lemon models: {n}>")) for n, _ in (SMOLLM2, QWEN05, QWEN15)]
+        found.append((Path(wheel).name, Path(wheel)) if wheel else (LLAMA_SDIST[0], stage / LLAMA_SDIST[0]))
+        return found
+    stage.mkdir(parents=True, exist_ok=True)
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(stage / "wheels")]
+    subprocess.run([*pip, "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+                    "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", *WHEELS],
+                   check=True)
+    if not wheel:
+        subprocess.run([*pip, "--no-binary", ":all:", "llama-cpp-python==0.3.36"], check=True)
+        shutil.move(str(stage / "wheels" / LLAMA_SDIST[0]), stage / LLAMA_SDIST[0])
+    subprocess.run(["tar", "-cf", str(stage / "wheels.tar"), "-C", str(stage), "wheels"], check=True)
+    subprocess.run(["tar", "-cf", str(stage / "data.tar"), "-C", str(data_dir.parent), data_dir.name], check=True)
+    found += [(SMOLLM2[0], ensure_model("smollm2-135m")), (QWEN05[0], ensure_model("qwen2.5-coder-0.5b")),
+              (QWEN15[0], ensure_model("qwen2.5-coder-1.5b"))]
+    found.append((Path(wheel).name, Path(wheel)) if wheel else (LLAMA_SDIST[0], stage / LLAMA_SDIST[0]))
+    return found
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def carry(piece: Path, work: Path) -> int:
+    """ON THE GPU: copy one carried piece's chunks into $WORK/chunks (idempotent)."""
+    if not piece.is_dir():
+        print(f"piece {piece} was not carried: name it in run(carry=[...])", file=sys.stderr)
+        return 2
+    target = work / "chunks"
+    target.mkdir(parents=True, exist_ok=True)
+    for f in piece.iterdir():
+        shutil.copyfile(f, target / f.name)
+    have = len(list(target.iterdir()))
+    print(f"carried {piece.name}: {have} chunk files in {target}")
+    return 0
+
+
+def assemble(work: Path) -> int:
+    """ON THE GPU: join the chunks of every file whose pieces have all come, check its sha256, name the rest."""
+    chunks = work / "chunks"
+    if not (chunks / "manifest.json").is_file():
+        print("piece 00 (it holds the manifest) has not been carried: bash experiments/gpu.sh carry 00",
+              file=sys.stderr)
+        return 2
+    manifest = json.loads((chunks / "manifest.json").read_text())
+    have = {(n, o) for piece in manifest["pieces"] for n, o, _ in piece if (chunks / f"{n}.{o:012d}").is_file()}
+    files = work / "files"
+    files.mkdir(exist_ok=True)
+    waiting = []
+    for name, info in manifest["files"].items():
+        target = files / name
+        if target.is_file() and target.stat().st_size == info["size"]:
+            continue
+        if any((n, o) not in have for piece in manifest["pieces"] for n, o, _ in piece if n == name):
+            waiting.append(name)  # a stage that needs it says so; carry its pieces
+            continue
+        parts = sorted((o, chunks / f"{n}.{o:012d}") for piece in manifest["pieces"] for n, o, _ in piece
+                       if n == name)
+        with target.open("wb") as out:
+            for _, p in parts:
+                out.write(p.read_bytes())
+        if _sha256(target) != info["sha256"]:
+            target.unlink()
+            print(f"{name}: sha256 mismatch after assembly; carry its pieces again", file=sys.stderr)
+            return 2
+    print(f"assembled and verified in {files}: {len(manifest['files']) - len(waiting)} files"
+          + (f"; not all pieces carried yet for: {', '.join(waiting)}" if waiting else ""))
+    return 0
+
+
+def policy(gguf: Path, target: Path) -> int:
+    """ON THE GPU: an HF policy directory from a chat GGUF (dequantised by transformers, saved as safetensors)."""
+    if (target / "config.json").is_file():
+        return 0
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from lemon.train.policy import _clear_quantizer, _ensure_pad_token  # the default policy's conversion steps
+
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    _ensure_pad_token(tok)
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    _clear_quantizer(model)
+    model.config.pad_token_id = tok.pad_token_id
+    tmp = target.with_name(target.name + ".tmp")
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    tok.save_pretrained(str(tmp))
+    tmp.rename(target)
+    return 0
+
+
+def summary(runs: Path, out: Path) -> int:
+    """ON THE GPU: mean seconds per step and phase of each training run, with the device (for docs/results.md)."""
+    import torch
+
+    report: dict[str, object] = {"device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+    for name in ("cf", "global"):
+        path = runs / name / "metrics.jsonl"
+        rows = [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+        report[name] = {k: sum(r[k] for r in rows) / len(rows) for k in ("step_s", "gen_s", "exec_s", "update_s")
+                        } | {"steps": len(rows)} if rows else {"steps": 0}
+    out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report))
+    return 0
+
+
+def next_stage(work: Path) -> int:
+    """The first stage without a done-marker (printed), or 'none'."""
+    done = work / "done"
+    for s in stages():
+        if not (done / s.name).exists():
+            print(f"{s.name} {int(s.estimate_s)} {int(s.resumable)}")
+            return 0
+    print("none")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("command", choices=("plan", "pack", "carry", "assemble", "next", "policy", "summary"))
+    ap.add_argument("arg", nargs="?")
+    ap.add_argument("arg2", nargs="?")
+    ap.add_argument("--dry-run", action="store_true")
+    a = ap.parse_args()
+    work = Path(os.environ.get("WORK", "/tmp/lemon-gpu"))
+    if a.command == "plan":
+        return print_plan()
+    if a.command == "pack":
+        return pack(Path(".gpu"), Path(os.environ.get("LEMON_DATA_DIR", "../shared/data")), a.dry_run)
+    if a.command == "carry":
+        return carry(Path(os.environ.get("PIECES", ".gpu/pieces")) / f"{int(a.arg or 0):02d}", work)
+    if a.command == "assemble":
+        return assemble(work)
+    if a.command == "policy":
+        return policy(Path(a.arg), Path(a.arg2))
+    if a.command == "summary":
+        return summary(Path(a.arg), Path(a.arg2))
+    return next_stage(work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

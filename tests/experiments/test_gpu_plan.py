@@ -1,0 +1,105 @@
+"""experiments/gpu.sh, the one-command GPU experiment, without a GPU: its plan (dry run), the pieces it cuts
+the carried files into and puts back together (sha256-checked), and where `run` resumes."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+ROOT = Path(__file__).parents[2]
+SCRIPT = ROOT / "experiments" / "gpu.sh"
+
+
+def _plan_module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("gpu_plan", ROOT / "experiments" / "gpu_plan.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_plan"] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gpu = _plan_module()
+
+
+def _sh(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": path, "PYTHONPATH": str(ROOT / "src"), **env})
+
+
+def test_the_dry_run_prints_the_plan_and_its_budget() -> None:
+    res = _sh("--dry-run")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    for stage in gpu.stages():
+        assert f"  {stage.name} " in out
+    n = len(gpu.pieces_of(gpu.carried_files()))
+    assert f"{n} carrying calls" in out and f"NN = 00..{n - 1:02d}" in out
+    assert "estimated device time" in out and "Session 0" in out
+
+
+def test_the_plan_says_when_it_does_not_fit() -> None:
+    assert "OVER BUDGET" in _sh("--dry-run", STEPS="200").stdout
+    small = _sh("--dry-run", STEPS="2", LIMIT="5", N_TRAIN="20").stdout
+    assert "fits in 30 min" in small and "OVER BUDGET" not in small
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=6), st.integers(1, 64))
+def test_pieces_cover_every_byte_once_and_stay_under_the_limit(sizes: list[int], limit: int) -> None:
+    files = [(f"f{i}", n) for i, n in enumerate(sizes)]
+    pieces = gpu.pieces_of(files, limit)
+    assert all(sum(n for _, _, n in p) <= limit for p in pieces)
+    for name, size in files:
+        chunks = sorted((o, n) for p in pieces for f, o, n in p if f == name)
+        assert sum(n for _, n in chunks) == size
+        assert all(o == sum(n for _, n in chunks[:k]) for k, (o, _) in enumerate(chunks))  # contiguous, in order
+
+
+def test_carry_then_assemble_restores_the_files_and_refuses_a_corrupted_one(tmp_path: Path) -> None:
+    sources = []
+    for name, size in (("a.bin", 250), ("b.gguf", 1000), ("c.tar", 7)):
+        p = tmp_path / "src" / name
+        p.parent.mkdir(exist_ok=True)
+        p.write_bytes(os.urandom(size))
+        sources.append((name, p))
+    n = gpu.write_pieces(sources, tmp_path / "pieces", piece=300)
+    assert n == 5
+    work = tmp_path / "work"
+    env = {"WORK": str(work), "PIECES": str(tmp_path / "pieces")}
+    assert _sh("carry", "00", **env).returncode == 0 and _sh("carry", "01", **env).returncode == 0
+    assert gpu.assemble(work) == 0  # a.bin is complete, b.gguf waits for its pieces
+    assert (work / "files" / "a.bin").read_bytes() == sources[0][1].read_bytes()
+    assert not (work / "files" / "b.gguf").exists()
+    for k in range(2, n):
+        assert _sh("carry", f"{k:02d}", **env).returncode == 0
+    chunk = next((work / "chunks").glob("b.gguf.*"))
+    chunk.write_bytes(b"x" + chunk.read_bytes()[1:])
+    assert gpu.assemble(work) == 2 and not (work / "files" / "b.gguf").exists()
+    for k in range(n):  # carrying again repairs it
+        _sh("carry", f"{k:02d}", **env)
+    assert gpu.assemble(work) == 0
+    for name, src in sources:
+        assert (work / "files" / name).read_bytes() == src.read_bytes()
+
+
+def test_run_resumes_after_the_stages_already_done_and_the_dry_run_marks_nothing(tmp_path: Path) -> None:
+    done = tmp_path / "done"
+    done.mkdir()
+    for stage in ("wheels", "llama", "models", "policy", "sft", "train-cf"):
+        (done / stage).touch()
+    res = _sh("run", "--dry-run", WORK=str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "# stage train-cf" not in out and "# stage sft" not in out
+    assert out.index("# stage train-global") < out.index("# stage eval") < out.index("# stage report")
+    assert "--no-cf" in out and "--lora --precision bf16 --gradient-checkpointing" in out
+    assert "all stages done" in out
+    assert sorted(p.name for p in done.iterdir()) == ["llama", "models", "policy", "sft", "train-cf", "wheels"]
