@@ -97,14 +97,14 @@ stage_policy() {
 stage_sft() {
   [ -f "$RUNS/sft/sft.json" ] && return 0
   lemon sft --out "$RUNS/sft" --policy "$RUNS/policy" --benchmark gsm8k --teacher-pool cpu \
-    --teacher-level large --n-train "$N_TRAIN" --epochs 3 --threads 8
+    --teacher-level large --limit "$N_TRAIN" --epochs 3 --threads 8
 }
 
 stage_train() {  # $1: cf or global
   local run=$RUNS/$1 flags=()
   [ "$1" = global ] && flags=(--no-cf)
   [ -d "$run/final" ] && return 0
-  lemon train --run-dir "$run" --policy "$RUNS/sft/model" --benchmark gsm8k --pool cpu --steps "$STEPS" \
+  lemon train --out "$run" --policy "$RUNS/sft/model" --benchmark gsm8k --pool cpu --steps "$STEPS" \
     --save-every 2 --seed 0 --lora --precision bf16 --gradient-checkpointing --threads 8 \
     ${flags[@]+"${flags[@]}"} $(resume_flag "$run")
 }
