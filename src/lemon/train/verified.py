@@ -28,7 +28,8 @@ from lemon.train.rollout import RolloutSettings, score_group
 from lemon.train.tasks import TrainTask
 
 Progress = Callable[[str, int, int], None]
-BASELINES: tuple[str, ...] = ("vanilla", "cot", "sc-cot", "chain")
+#: (baseline, number of agents or None for its default): a 3-voter sc-cot, as the default team has.
+BASELINES: tuple[tuple[str, int | None], ...] = (("vanilla", None), ("cot", None), ("sc-cot", 3), ("chain", None))
 
 
 def live_spec(spec: Spec) -> Spec:
@@ -51,9 +52,8 @@ def candidate_specs(kind: str, roles: RoleLibrary, levels: Sequence[str]) -> lis
     from lemon.orchestrator.template import team_spec
 
     out = [("template", team_spec(kind, roles, levels))]  # type: ignore[arg-type]
-    for method in BASELINES:
+    for method, n in BASELINES:
         for level in levels:
-            n = 3 if method == "sc-cot" else None
             spec = baseline_spec(method, kind, level=level, seed=0, n=n)
             out.append((f"{method}@{level}", validate_spec(spec, roles, levels)))
     return out
