@@ -225,6 +225,7 @@ async def test_level_family_moves_capacity_up_or_down_and_credits_the_capacity_s
         s = group.samples[0]
         assert s.cf is not None and s.cf.family == "level" and s.cf.field.kind == "capacity"
         assert s.completion[s.cf.char_start:s.cf.char_end] == SPEC.agent(s.cf.field.agent).capacity
+        assert s.cf.edited_value in LEVELS and s.cf.edited_value != SPEC.agent(s.cf.field.agent).capacity
         targets.add((s.cf.field.agent, s.cf.edited_reward))
     assert len(targets) > 1
     assert Ablation(fixed_capacity="small").families(("edge", "level")) == ("edge",)

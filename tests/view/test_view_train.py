@@ -100,3 +100,13 @@ def test_a_torn_last_line_and_a_missing_run_json_still_show(run_dir: Path, tmp_p
     (copy / "samples.jsonl").write_text((run_dir / "samples.jsonl").read_text())
     data = training_data(copy, [])
     assert len(data["metrics"]) == 10 and not data["has_info"] and data["credit"]["cf_weight"] == 1.0
+
+
+def test_a_stored_edited_level_is_named_in_the_edit() -> None:
+    from lemon.bench.view.train import _edit_text
+
+    text = "agents:\n  - name: a\n    role: math_solver\n    capacity: large\n"
+    start = text.index("large")
+    cf = {"family": "level", "field": {"kind": "capacity", "agent": "a"}, "span": [start, start + 5],
+          "edited_value": "small"}
+    assert _edit_text(cf, text).endswith("large \u2192 small")

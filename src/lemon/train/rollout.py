@@ -113,6 +113,7 @@ class Counterfactual:
     estimated_tokens: int
     cache_hits: int
     calls: int
+    edited_value: str = ""  # the field's value in the edited spec ("" for a reverted duty or a deleted edge)
 
 
 @dataclass
@@ -349,6 +350,11 @@ def plan_counterfactuals(state: GroupState, executor: Executor, *, roles: RoleLi
     return state.plans
 
 
+def _edited_value(plan: PlannedEdit) -> str:
+    """What the edited field holds in the edited spec (a capacity's new level; empty for a duty or an edge)."""
+    return plan.edited.agent(plan.field.agent).capacity if plan.field.kind == "capacity" else ""
+
+
 async def run_counterfactuals(state: GroupState, executor: Executor,
                               settings: RolloutSettings) -> list[tuple[PlannedEdit, float]]:
     """Phase 3: execute the planned edits through the group's node cache; record Δ on each sample."""
@@ -361,7 +367,8 @@ async def run_counterfactuals(state: GroupState, executor: Executor,
         s.cf = Counterfactual(family=plan.family, field=plan.field, char_start=plan.char_start,
                               char_end=plan.char_end, delta=delta, edited_reward=edited_reward.total,
                               spent_tokens=sum(r.spent_tokens for r in runs), estimated_tokens=plan.estimated_tokens,
-                              cache_hits=sum(r.cache_hits for r in runs), calls=sum(r.calls for r in runs))
+                              cache_hits=sum(r.cache_hits for r in runs), calls=sum(r.calls for r in runs),
+                              edited_value=_edited_value(plan))
         deltas.append((plan, delta))
     return deltas
 

@@ -60,7 +60,7 @@ def _groups(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def _edit_text(cf: dict[str, Any], completion: str) -> str:
-    """The edit in words: the edited value is not stored, so a capacity edit names the rule, not the level."""
+    """The edit in words; a capacity edit names its new level when the run stored it (`edited_value`)."""
     f = cf.get("field") or {}
     kind, agent, parent = f.get("kind"), f.get("agent", "?"), f.get("parent")
     start, end = (cf.get("span") or [0, 0])[:2]
@@ -72,7 +72,7 @@ def _edit_text(cf: dict[str, Any], completion: str) -> str:
         return f"revert the duty of {agent} to its base role {m.group(1) if m else '(its role)'}"
     if kind == "capacity":
         rule = "one level lower" if cf.get("family") == "capacity" else "another level (the target is not stored)"
-        return f"capacity of {agent}: {old or '?'} \u2192 {rule}"
+        return f"capacity of {agent}: {old or '?'} \u2192 {cf.get('edited_value') or rule}"
     return f"{kind} of {agent}"
 
 
