@@ -162,8 +162,6 @@ def test_ctrl_c_says_the_run_is_saved_and_resumable(tmp_path: Path, data_dir: Pa
     assert done.returncode == 0 and f"resumed {kept}" in done.stdout, done.stderr[-2000:]
 
 
-@pytest.mark.xfail(strict=True, reason="needs lemon.bench.evaluate: `limit` is part of the run id "
-                                        "(make_run_id(..., limit=limit)); see the CLI branch's report")
 def test_a_larger_limit_extends_the_run(tmp_path: Path, data_dir: Path, _isolated_home: Path) -> None:
     store = tmp_path / "results.sqlite"
     pool = scripted_pool_yaml(tmp_path / "pool.yaml", latency_s=0.0)
@@ -179,3 +177,9 @@ def test_a_larger_limit_extends_the_run(tmp_path: Path, data_dir: Path, _isolate
     runs = db.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
     db.close()
     assert runs == 1 and "computed 2, resumed 2" in more.stdout
+    fewer = subprocess.run(_cli(*args, "--limit", "3"), env=_env(_isolated_home), capture_output=True, text=True,
+                           timeout=300)
+    assert fewer.returncode == 0 and "computed 0, resumed 3" in fewer.stdout, fewer.stdout[-2000:]
+    other = subprocess.run(_cli(*args[:-4], "--limit", "4", "--seeds", "1", "--temperature", "0.3",
+                                *args[-4:]), env=_env(_isolated_home), capture_output=True, text=True, timeout=300)
+    assert other.returncode == 0 and "computed 4, resumed 0" in other.stdout, other.stdout[-2000:]

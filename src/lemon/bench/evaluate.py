@@ -2,8 +2,11 @@
 
 One evaluation = one run in the results store (see `store.py`): the first `limit` items of the split in its
 fixed order, times seeds 0..seeds-1. Re-running the same command resumes; only missing (item, seed) pairs
-are computed. Every method is a spec on the same runtime (`Executor`) and pool (`methods.py`); the unit of
-work, one (item, seed), is `item.run_item`, which this local driver and the Ray driver (`scale.py`) share.
+are computed. A run is named by the `limit` it was created with, and a later `--limit` of the same settings
+finds it again (`_find_run_id`): the first N items are a prefix of the first M, so a larger limit ADDS items to
+the stored run and a smaller one reads a part of it, instead of starting over. Every method is a spec on the
+same runtime (`Executor`) and pool (`methods.py`); the unit of work, one (item, seed), is `item.run_item`,
+which this local driver and the Ray driver (`scale.py`) share.
 
 `evaluate(settings, plan, store=..., execution=..., on_progress=...)` takes what is evaluated (`EvalSettings`,
 the run's identity), which pairs (`EvalPlan`) and how they are computed (`Execution`: concurrency, Ray,
@@ -229,11 +232,30 @@ class _Run:
         return f"{self.settings.benchmark}/{self.split} {self.settings.method.name}"
 
 
+def _find_run_id(db: ResultsStore, settings: EvalSettings, split: str, limit: int | None,
+                 identity: dict[str, object]) -> str:
+    """The id of the stored run these settings continue: the one of `limit`, else the largest stored run of the
+    same settings created with another limit (its id is recomputed from its own recorded limit, so only a run
+    of exactly these settings matches), else a new one named by `limit`."""
+    own = run_id_of(settings, split, limit, identity)
+    if db.run(own) is not None:
+        return own
+    siblings = [r for r in db.runs() if (r.benchmark, r.split, r.method, r.level) ==
+                (settings.benchmark, split, settings.method.name, settings.level)
+                and "limit" in r.config and r.run_id == run_id_of(settings, split, r.config["limit"], identity)]
+    if not siblings:
+        return own
+    widest = max(siblings, key=lambda r: (r.config["limit"] is None, r.n_items, db.count(r.run_id)))
+    log.info("run %s: continuing it with --limit %s (it was created with --limit %s)", widest.run_id,
+             limit, widest.config["limit"])
+    return widest.run_id
+
+
 def _open_run(db: ResultsStore, settings: EvalSettings, plan: EvalPlan, execution: Execution, split: str,
               items: list[Item]) -> _Run:
     """Create or resume the run in the store and list what is left to compute."""
     identity = settings.identity()
-    run_id = run_id_of(settings, split, plan.limit, identity)
+    run_id = _find_run_id(db, settings, split, plan.limit, identity)
     ids_hash = hashlib.sha256("\n".join(str(i.id) for i in items).encode()).hexdigest()
     config = {**identity, "kind": get_task(settings.benchmark).kind, "limit": plan.limit,
               "pool_identity": pool_identity(settings.pool), "item_ids_sha256": ids_hash,

@@ -230,7 +230,8 @@ class ResultsStore:
 
     def ensure_run(self, run_id: str, *, benchmark: str, split: str, method: str, pool: str, level: str,
                    seeds: int, n_items: int, config: dict[str, Any]) -> RunInfo:
-        """Create the run row, or widen `seeds` on an existing one (same id = same identity)."""
+        """Create the run row, or widen `seeds` and `n_items` on an existing one (same id = same identity; a
+        larger `--limit` adds items to the run, see `evaluate._find_run_id`)."""
         now = time.time()
         config_json = json.dumps(config, sort_keys=True, ensure_ascii=False, default=str)
         with self._tx():
@@ -239,8 +240,8 @@ class ResultsStore:
                 "config_json, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (run_id, benchmark, split, method, pool, level, seeds, n_items, config_json, now, now),
             )
-            self._exec("UPDATE runs SET seeds = MAX(seeds, ?), updated = ? WHERE run_id = ?",
-                             (seeds, now, run_id))
+            self._exec("UPDATE runs SET seeds = MAX(seeds, ?), n_items = MAX(n_items, ?), updated = ? "
+                       "WHERE run_id = ?", (seeds, n_items, now, run_id))
         info = self.run(run_id)
         assert info is not None
         return info
