@@ -3,6 +3,8 @@
 # level of the `cpu` pool, on the first 60 MultiArith `test` items and the first 20 AQuA `test` items, seeds 0
 # and 1, workers sampled at 0.7 with --max-tokens 256, one item at a time (--concurrency 1) so that the
 # per-item wall time is what one `lemon run` costs. About 75 min on 2 CPU cores; re-running resumes.
+# The template's first voter makes the `cot` agent's exact request, so the LLM cache serves it here and its
+# wall times are too low: the uncached comparison is `python benchmarks/bench_default.py` (D1).
 # Usage: LEMON_DATA_DIR=../shared/data bash experiments/default_cpu.sh [STORE]
 set -euo pipefail
 store="${1:-${LEMON_HOME:-$HOME/.cache/lemon}/default-cpu.sqlite}"
