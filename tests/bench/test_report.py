@@ -128,6 +128,22 @@ def test_compare_with_best_pairs_each_run_with_the_most_accurate_other_method(tm
     assert (pair.a_only, pair.b_only) == (4, 0)
 
 
+def test_two_runs_named_by_id_pair_across_levels_but_methods_do_not(tmp_path: Path) -> None:
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        items = [str(i) for i in range(6)]
+        _fill(store, "tmpl0001", "template", {(i, 0): True for i in items}, 1, 30)
+        store.ensure_run("cotlarge", benchmark="gsm8k", split="test", method="cot", pool="tiny", level="large",
+                         seeds=1, n_items=6, config={"temperature": 0.7})
+        for k, i in enumerate(items):
+            store.put("cotlarge", _row(i, 0, k < 4))
+        report = build_report(store, compare=[("tmpl0001", "cotlarge")])
+        with pytest.raises(LemonError, match="no two runs share"):
+            build_report(store, compare=[("template", "cot")])
+    (pair,) = report.comparisons
+    assert (pair.pairs, pair.a_only, pair.b_only) == (6, 2, 0)
+    assert "### Paired test: template@medium vs cot@large (test)" in report.markdown
+
+
 def test_cli_compare_is_repeatable_and_a_bad_pair_exits_2(tmp_path: Path) -> None:
     store_path = tmp_path / "r.sqlite"
     with ResultsStore(store_path) as store:

@@ -152,7 +152,9 @@ def _best_other(store: ResultsStore, runs: Sequence[RunInfo], ra: RunInfo) -> Ru
 
 
 def find_comparisons(store: ResultsStore, runs: Sequence[RunInfo], a: str, b: str) -> list[PairedResult]:
-    """Every pairing of a run of A with a run of B on the same benchmark, split, pool and level.
+    """Every pairing of a run of A with a run of B on the same benchmark, split, pool and level; two runs named
+    by their ids need only share benchmark and split (the pairs are (item, seed), e.g. the default orchestration
+    against one CoT agent at another level).
 
     `b == "best"` pairs each run of A with the most accurate other method of its group (chosen on these
     same items, so the test answers "is the best baseline reliably better", not an unbiased comparison).
@@ -169,7 +171,9 @@ def find_comparisons(store: ResultsStore, runs: Sequence[RunInfo], a: str, b: st
         for rb in runs:
             if rb.run_id == ra.run_id or not _matches(rb, b):
                 continue
-            if (ra.benchmark, ra.split, ra.pool, ra.level) != (rb.benchmark, rb.split, rb.pool, rb.level):
+            by_id = ra.method != a and rb.method != b
+            group = (lambda r: (r.benchmark, r.split)) if by_id else (lambda r: (r.benchmark, r.split, r.pool, r.level))
+            if group(ra) != group(rb):
                 continue
             out.append(paired_compare(ra, store.items(ra.run_id), rb, store.items(rb.run_id)))
     return out
@@ -229,10 +233,14 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
 
 def _render_comparison(c: PairedResult) -> list[str]:
     a, b = c.run_a.method, c.run_b.method
+    where = f"{c.run_a.split}, pool {c.run_a.pool}, level {c.run_a.level}"
+    if (c.run_a.pool, c.run_a.level) != (c.run_b.pool, c.run_b.level):  # two runs named by id
+        a, b = f"{a}@{c.run_a.level}", f"{b}@{c.run_b.level}"
+        where = c.run_a.split if c.run_a.pool == c.run_b.pool else c.run_a.split + ", two pools"
     caveat = ("" if c.seeds <= 1 else
               f" With {c.seeds} seeds the pairs of one item are not independent; read p as approximate.")
     return [
-        f"### Paired test: {a} vs {b} ({c.run_a.split}, pool {c.run_a.pool}, level {c.run_a.level})",
+        f"### Paired test: {a} vs {b} ({where})",
         "",
         f"Exact McNemar test (two-sided binomial test, p = 1/2, on the discordant pairs) over {c.pairs} "
         f"(item, seed) pairs present in both runs (`{c.run_a.run_id}` vs `{c.run_b.run_id}`): "
