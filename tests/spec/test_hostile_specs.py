@@ -21,8 +21,8 @@ from lemon.spec.model import MAX_SPEC_CHARS
 from lemon.spec.parse import MAX_SPEC_BYTES, read_spec_file
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import load_spec
+from tests.pools import LEVELS
 
-LEVELS = ("small", "medium", "large")
 ROLES = RoleLibrary.load()
 
 

@@ -10,8 +10,8 @@ from lemon.errors import SpecError
 from lemon.spec.parse import parse_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import load_spec, topological_order
+from tests.pools import LEVELS
 
-LEVELS = ("small", "medium", "large")
 GOOD = """
 agents:
   - name: analyst

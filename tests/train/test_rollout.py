@@ -17,8 +17,8 @@ from lemon.train.config import RewardConfig
 from lemon.train.rollout import Ablation, RolloutSettings, rollout_group
 from lemon.train.sampler import AdaptiveFamilySampler
 from lemon.train.tasks import TrainTask
+from tests.pools import LEVELS
 
-LEVELS = ("small", "medium", "large")
 SPEC = Spec(agents=(
     Agent(name="solver", role="math_solver", duty="Solve it step by step", capacity="medium"),
     Agent(name="checker", role="critic", duty="Check the solver", capacity="large", depends_on=("solver",)),

@@ -14,8 +14,7 @@ from lemon.spec.roles import RoleLibrary  # noqa: E402
 from lemon.train.config import RewardConfig  # noqa: E402
 from lemon.train.tasks import TrainTask  # noqa: E402
 from lemon.train.verified import candidate_specs, verified_targets  # noqa: E402
-
-LEVELS = ("small", "medium", "large")
+from tests.pools import LEVELS
 
 
 def _executor(right_levels: set[str]) -> Executor:

@@ -17,10 +17,9 @@ from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.pool import Level, Pool
 from lemon.llm.scripted import ScriptedBackend
 from tests.evalcall import evaluate_kw
+from tests.pools import LEVELS
 
 from .conftest import assert_one_line_error, lemon
-
-LEVELS = ("small", "medium", "large")
 
 
 def _pool(answers: dict[str, str], prefix: str = "m") -> Pool:
