@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from lemon.llm.base import Backend, GenParams
 from lemon.llm.pool import Level, Pool
 
@@ -12,3 +14,9 @@ def scripted_pool(backend: Backend, *, concurrency: int = 64, name: str = "scrip
                   defaults: GenParams | None = None) -> Pool:
     """Every level of LEVELS served by `backend` (a test double), each allowing `concurrency` calls at once."""
     return Pool(name, tuple(Level(n, backend, concurrency) for n in LEVELS), defaults or GenParams())
+
+
+def pool_of(backends: Mapping[str, Backend], *, concurrency: int = 4, name: str = "scripted",
+            defaults: GenParams | None = None) -> Pool:
+    """One level per (name, backend) of `backends`, in their order: levels served by different test doubles."""
+    return Pool(name, tuple(Level(n, b, concurrency) for n, b in backends.items()), defaults or GenParams())

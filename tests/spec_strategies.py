@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from lemon.spec.model import MAX_AGENTS, MAX_DUTY_LEN, RESERVED_NAMES, Agent, Spec
+from tests.pools import LEVELS
 
 ROLES = ("analyst", "critic", "final_decision_maker", "generalist", "knowledge_expert", "math_solver",
          "planner", "programmer", "tester")
-from tests.pools import LEVELS
 
 names = st.from_regex(r"[a-z][a-z0-9_]{0,23}", fullmatch=True).filter(lambda s: s not in RESERVED_NAMES)
 # Anything a duty may hold: printable text (incl. non-ASCII and YAML-significant characters like # : - [ ]).

@@ -10,13 +10,13 @@ import pytest
 
 from lemon.errors import BackendError
 from lemon.llm.base import ChatRequest, GenParams
-from lemon.llm.pool import Level, Pool
+from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Budget, Executor, NodeCache
 from lemon.spec.edits import FAMILIES, applicable_edits, apply_edit
 from lemon.spec.model import Agent, Spec
 from lemon.spec.roles import RoleLibrary
-from tests.pools import LEVELS, scripted_pool
+from tests.pools import LEVELS, pool_of, scripted_pool
 
 ROLES = RoleLibrary.load()
 
@@ -27,7 +27,7 @@ def pool(backend: ScriptedBackend, concurrency: int = 16) -> Pool:
 
 def three_models() -> Pool:
     """A pool whose levels are different models (as in `cpu`), so a capacity edit changes the request."""
-    return Pool("scripted3", tuple(Level(n, ScriptedBackend(f"model-{n}"), 16) for n in LEVELS), GenParams())
+    return pool_of({n: ScriptedBackend(f"model-{n}") for n in LEVELS}, concurrency=16, name="scripted3")
 
 
 def calls(p: Pool) -> int:

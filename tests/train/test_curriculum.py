@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from lemon.llm.base import ChatRequest, GenParams
-from lemon.llm.pool import Level, Pool
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Executor
 from lemon.spec.roles import RoleLibrary
 from lemon.train.curriculum import uncertain_tasks
 from lemon.train.tasks import TrainTask
+from tests.pools import pool_of
 
 
 def reply(req: ChatRequest) -> str:
@@ -27,8 +27,8 @@ def _task(name: str) -> TrainTask:
 
 async def test_only_tasks_with_mixed_outcomes_are_kept_and_rates_are_recorded() -> None:
     levels = ("small", "large")
-    pool = Pool("scripted", tuple(Level(lv, ScriptedBackend(f"m-{lv}", responder=reply), 4) for lv in levels),
-                GenParams(max_tokens=32, temperature=0.7))
+    pool = pool_of({lv: ScriptedBackend(f"m-{lv}", responder=reply) for lv in levels},
+                   defaults=GenParams(max_tokens=32, temperature=0.7))
     tasks = [_task("always"), _task("never"), _task("coin")]
     kept, u = await uncertain_tasks(tasks, Executor(pool, RoleLibrary.load()), samples=8)
     assert [t.id for t in kept] == ["coin"]

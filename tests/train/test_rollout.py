@@ -7,7 +7,6 @@ import random
 import pytest
 
 from lemon.llm.base import ChatRequest, GenParams
-from lemon.llm.pool import Level, Pool
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Executor
 from lemon.spec.model import Agent, Spec
@@ -17,7 +16,7 @@ from lemon.train.config import RewardConfig
 from lemon.train.rollout import Ablation, RolloutSettings, rollout_group
 from lemon.train.sampler import AdaptiveFamilySampler
 from lemon.train.tasks import TrainTask
-from tests.pools import LEVELS
+from tests.pools import LEVELS, pool_of
 
 SPEC = Spec(agents=(
     Agent(name="solver", role="math_solver", duty="Solve it step by step", capacity="medium"),
@@ -33,7 +32,7 @@ def _reply(req: ChatRequest) -> str:
 
 def _executor() -> tuple[Executor, dict[str, ScriptedBackend]]:
     backends = {lv: ScriptedBackend(f"model-{lv}", responder=_reply) for lv in LEVELS}
-    pool = Pool("scripted", tuple(Level(lv, backends[lv], 4) for lv in LEVELS), GenParams(max_tokens=64))
+    pool = pool_of(backends, defaults=GenParams(max_tokens=64))
     return Executor(pool, RoleLibrary.load()), backends
 
 
@@ -175,8 +174,7 @@ async def test_worker_samples_average_success_over_seeds() -> None:
         return "The answer is 42" if (req.params.seed or 0) % 2 else "The answer is 7"
 
     backends = {lv: ScriptedBackend(f"model-{lv}", responder=coin) for lv in LEVELS}
-    pool = Pool("scripted", tuple(Level(lv, backends[lv], 4) for lv in LEVELS), GenParams(max_tokens=64,
-                                                                                          temperature=0.7))
+    pool = pool_of(backends, defaults=GenParams(max_tokens=64, temperature=0.7))
     ex = Executor(pool, RoleLibrary.load())
     one = Spec(agents=(Agent(name="solver", role="math_solver", duty="", capacity="large"),), output="solver")
     settings = RolloutSettings(reward=RewardConfig(), cf_enabled=False, worker_samples=8)
@@ -202,7 +200,7 @@ async def test_sampler_is_drawn_in_task_order_whatever_finishes_first() -> None:
     async def run(latency: dict[str, float]) -> list[tuple[str, object]]:
         backends = {lv: ScriptedBackend(f"model-{lv}", responder=_reply, latency_s=latency.get(lv, 0.0))
                     for lv in LEVELS}
-        pool = Pool("scripted", tuple(Level(lv, backends[lv], 4) for lv in LEVELS), GenParams(max_tokens=64))
+        pool = pool_of(backends, defaults=GenParams(max_tokens=64))
         tasks = [TrainTask(id=f"t/{k}", prompt=f"What is 6 * 7? ({k})", grade=lambda t: "42" in t)
                  for k in range(2)]
         sampler = AdaptiveFamilySampler(("edge", "role", "capacity"), floor=0.3, seed=5)

@@ -7,14 +7,13 @@ import pytest
 pytestmark = pytest.mark.train
 
 from lemon.llm.base import ChatRequest, GenParams  # noqa: E402
-from lemon.llm.pool import Level, Pool  # noqa: E402
 from lemon.llm.scripted import ScriptedBackend  # noqa: E402
 from lemon.runtime import Executor  # noqa: E402
 from lemon.spec.roles import RoleLibrary  # noqa: E402
 from lemon.train.config import RewardConfig  # noqa: E402
 from lemon.train.tasks import TrainTask  # noqa: E402
 from lemon.train.verified import candidate_specs, verified_targets  # noqa: E402
-from tests.pools import LEVELS
+from tests.pools import LEVELS, pool_of  # noqa: E402
 
 
 def _executor(right_levels: set[str]) -> Executor:
@@ -24,8 +23,8 @@ def _executor(right_levels: set[str]) -> Executor:
             return "The answer is 42." if level in right_levels else "The answer is 7."
         return reply
 
-    pool = Pool("scripted", tuple(Level(lv, ScriptedBackend(f"m-{lv}", responder=at(lv)), 4) for lv in LEVELS),
-                GenParams(max_tokens=64, temperature=0.7))
+    pool = pool_of({lv: ScriptedBackend(f"m-{lv}", responder=at(lv)) for lv in LEVELS},
+                   defaults=GenParams(max_tokens=64, temperature=0.7))
     return Executor(pool, RoleLibrary.load())
 
 

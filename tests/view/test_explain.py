@@ -14,10 +14,10 @@ from lemon.bench.explain import explain_stored, plan_stored
 from lemon.bench.store import ResultsStore
 from lemon.errors import LemonError
 from lemon.llm.base import ChatRequest, GenParams
-from lemon.llm.pool import Level, Pool
+from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
 from tests.evalcall import evaluate_kw
-from tests.pools import LEVELS
+from tests.pools import LEVELS, pool_of
 
 from .conftest import assert_one_line_error, lemon
 
@@ -40,8 +40,8 @@ def _pool(answers: dict[str, str], prefix: str = "m") -> Pool:
             return f"({tag}) The answer is {int(float(gold)) + 1}."
         return f"({tag}) The answer is {gold}."
 
-    levels = tuple(Level(n, ScriptedBackend(f"{prefix}-{n}", responder=responder(f"{prefix}-{n}")), 8) for n in LEVELS)
-    return Pool("scripted", levels, GenParams(max_tokens=64))
+    backends = {n: ScriptedBackend(f"{prefix}-{n}", responder=responder(f"{prefix}-{n}")) for n in LEVELS}
+    return pool_of(backends, concurrency=8, defaults=GenParams(max_tokens=64))
 
 
 def _stored_chain(tmp_path: Path, data_dir: Path, level: str = "large") -> tuple[Path, str, str, dict[str, str]]:
