@@ -5,27 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from lemon.llm.base import ChatRequest, Completion, GenParams
+from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
-from tests.pools import scripted_pool
+from tests.pools import CountingBackend, scripted_pool
 
-
-class CountingBackend(ScriptedBackend):
-    """A scripted backend that records the largest number of calls in flight at once."""
-
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-    async def complete(self, request: ChatRequest) -> Completion:
-        self.in_flight += 1
-        self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        try:
-            return await super().complete(request)
-        finally:
-            self.in_flight -= 1
+__all__ = ["CountingBackend"]  # re-exported: the evaluation tests import it from here
 
 
 def eval_pool(backend: ScriptedBackend, *, concurrency: int = 64) -> Pool:

@@ -16,7 +16,7 @@ from lemon.runtime import Budget, Executor, NodeCache
 from lemon.spec.edits import FAMILIES, applicable_edits, apply_edit
 from lemon.spec.model import Agent, Spec
 from lemon.spec.roles import RoleLibrary
-from tests.pools import LEVELS, pool_of, scripted_pool
+from tests.pools import LEVELS, CountingBackend, pool_of, scripted_pool
 
 ROLES = RoleLibrary.load()
 
@@ -51,27 +51,11 @@ SIX = Spec(agents=(
 ), output="final")
 
 
-class PeakInFlight(ScriptedBackend):
-    """Test double: a scripted backend that records how many of its calls were in flight at once."""
-
-    def __init__(self) -> None:
-        super().__init__(latency_s=0.05)
-        self.in_flight = self.peak = 0
-
-    async def complete(self, request: ChatRequest):  # type: ignore[no-untyped-def]
-        self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
-        try:
-            return await super().complete(request)
-        finally:
-            self.in_flight -= 1
-
-
 async def test_independent_agents_run_concurrently() -> None:
-    backend = PeakInFlight()  # a behaviour, not a wall-clock bound: it cannot flake on a busy machine
+    backend = CountingBackend(latency_s=0.05)  # a behaviour, not a wall-clock bound: it cannot flake on a busy machine
     result = await Executor(pool(backend), ROLES).run(fan_out(8), "task")
     assert result.status == "ok" and result.calls == 9
-    assert backend.peak == 8, f"at most {backend.peak} of the 8 independent workers were in flight at once"
+    assert backend.max_in_flight == 8, f"only {backend.max_in_flight} of 8 independent workers ran at once"
 
 
 async def test_children_start_when_their_own_parents_finish_not_by_level() -> None:
