@@ -172,8 +172,8 @@ def find_comparisons(store: ResultsStore, runs: Sequence[RunInfo], a: str, b: st
             if rb.run_id == ra.run_id or not _matches(rb, b):
                 continue
             by_id = ra.method != a and rb.method != b
-            group = (lambda r: (r.benchmark, r.split)) if by_id else (lambda r: (r.benchmark, r.split, r.pool, r.level))
-            if group(ra) != group(rb):
+            shared = ("benchmark", "split") if by_id else ("benchmark", "split", "pool", "level")
+            if any(getattr(ra, f) != getattr(rb, f) for f in shared):
                 continue
             out.append(paired_compare(ra, store.items(ra.run_id), rb, store.items(rb.run_id)))
     return out
