@@ -7,11 +7,10 @@ import logging
 from pathlib import Path
 
 import pytest
+import ray
 
 from lemon.bench.store import ResultsStore
 from tests.evalcall import evaluate_kw
-
-ray = pytest.importorskip("ray")
 
 
 @pytest.fixture

@@ -21,8 +21,6 @@ import pytest
 
 @pytest.fixture(scope="session")
 def policy_dir() -> Path:
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
     from lemon.train.policy import ensure_default_policy
 
     return ensure_default_policy()

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 pytestmark = pytest.mark.train
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch  # noqa: E402  (the test command installs the train extra: a missing torch fails, never skips)
+import transformers  # noqa: E402
 
 from lemon.train.config import load_train_config  # noqa: E402
 from lemon.train.credit import CounterfactualTerm  # noqa: E402

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 pytestmark = pytest.mark.train
-torch = pytest.importorskip("torch")
-pytest.importorskip("accelerate")
-pytest.importorskip("transformers")
+import accelerate  # noqa: E402, F401
+import torch  # noqa: E402  (the test command installs the train extra: a missing torch fails, never skips)
+import transformers  # noqa: E402, F401
 
 from lemon.errors import ConfigError  # noqa: E402
 from lemon.train.distributed import Distributed, check_shares  # noqa: E402

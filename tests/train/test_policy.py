@@ -80,14 +80,14 @@ def test_lora_wraps_only_adapters(policy_dir: Path) -> None:
 
 
 def test_unknown_local_path_is_a_model_file_error(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
     with pytest.raises(ModelFileError):
         pol.load_policy(str(tmp_path / "nope"))
 
 
 def test_qwen_policy_converts_from_its_pinned_gguf_and_takes_lora() -> None:
     """Issue 10: a Qwen2.5-0.5B + LoRA policy beside SmolLM2, from the GGUF the cpu pool already installs."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     from lemon.train.config import LoraSettings
     from lemon.train.generation import chat_prompt_ids, generate
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 pytestmark = [pytest.mark.train, pytest.mark.models]
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402  (the test command installs the train extra: a missing torch fails, never skips)
 
 from lemon.spec.model import Agent, Spec  # noqa: E402
 from lemon.spec.render import render_spec  # noqa: E402
