@@ -140,9 +140,11 @@ def _wait_for_rows(proc: subprocess.Popen[bytes], store: Path, n: int) -> None:
 def test_ctrl_c_says_the_run_is_saved_and_resumable(tmp_path: Path, data_dir: Path, _isolated_home: Path) -> None:
     """Ctrl-C used to end `lemon eval` with exit 130 and not a word; now one line says what is kept."""
     store = tmp_path / "results.sqlite"
-    pool = scripted_pool_yaml(tmp_path / "pool.yaml", latency_s=0.3)
+    # 20 items x 0.5 s: Ctrl-C, sent once 2 rows are stored, lands mid-run even on a loaded machine (8 x 0.3 s
+    # once finished before the signal arrived when the polling lagged, and the run exited 0).
+    pool = scripted_pool_yaml(tmp_path / "pool.yaml", latency_s=0.5)
     cmd = _cli("eval", "multiarith", "--method", "vanilla", "--pool", str(pool), "--level", "small",
-               "--limit", "8", "--store", str(store), "--data-dir", str(data_dir), "--concurrency", "1")
+               "--limit", "20", "--store", str(store), "--data-dir", str(data_dir), "--concurrency", "1")
     proc = subprocess.Popen(cmd, env=_env(_isolated_home), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         _wait_for_rows(proc, store, 2)
