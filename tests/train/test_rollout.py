@@ -227,3 +227,19 @@ async def test_level_family_moves_capacity_up_or_down_and_credits_the_capacity_s
         targets.add((s.cf.field.agent, s.cf.edited_reward))
     assert len(targets) > 1
     assert Ablation(fixed_capacity="small").families(("edge", "level")) == ("edge",)
+
+
+VOTE = Spec(agents=(
+    Agent(name="cot_1", role="math_solver", duty="", capacity="small"),
+    Agent(name="cot_2", role="math_solver", duty="", capacity="small"),
+    Agent(name="vote", role="majority_vote", duty="", capacity="small", depends_on=("cot_1", "cot_2")),
+), output="vote")
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_level_edits_never_touch_an_agent_that_calls_no_model(seed: int) -> None:
+    """A majority vote's capacity changes no request: its Δ is 0 by construction and says nothing."""
+    group, _, _ = await _group([render_spec(VOTE).text], families=("level",), seed=seed)
+    s = group.samples[0]
+    assert s.cf is not None, s.cf_skip
+    assert s.cf.field.agent in {"cot_1", "cot_2"}

@@ -51,6 +51,10 @@ def sft_cmd(
     benchmark: Annotated[str, typer.Option(help="Benchmark whose TRAIN split supplies the tasks.")] = "gsm8k",
     teacher_pool: Annotated[str, typer.Option(help="Pool of the teacher: cpu, tiny or a pool YAML.")] = DEFAULT_POOL,
     teacher_level: Annotated[str, typer.Option(help="Teacher's level in that pool.")] = "large",
+    teacher: Annotated[str, typer.Option(help="prompted: the prompted orchestrator at --teacher-level writes "
+                                              "each target; library: one fixed team per task, drawn uniformly "
+                                              "from the default team and the baselines at every level (no "
+                                              "model call).")] = "prompted",
     policy: Annotated[str | None, typer.Option(help="Policy to fine-tune (HF dir); default SmolLM2-135M.")] = None,
     limit: Annotated[int, opt("limit", help="The first N training-split items: the teacher writes their specs."
                                )] = 200,
@@ -81,7 +85,7 @@ def sft_cmd(
                            epochs=epochs, lr=lr, batch_size=batch_size, require_correct=require_correct,
                            data_dir=str(data_dir) if data_dir else None, seed=seed,
                            max_new_tokens=policy_max_tokens, cache=not no_cache, threads=threads, lora=lora,
-                           verified=verified)
+                           verified=verified, teacher=teacher)
     with _progress(err_console) as bar:
         ids: dict[str, Any] = {}
 

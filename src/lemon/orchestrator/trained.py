@@ -62,6 +62,9 @@ class TrainedOrchestrator:
         self.temperature = temperature
         self._gguf: Any = None
         self._hf: HFChatGenerator | None = None
+        # Greedy decoding writes one spec per task whatever the seed: an evaluation over several seeds asks
+        # for the same task again, and the HF path has no request cache, so the first answer is kept.
+        self._greedy: dict[str, tuple[str, int, int]] = {}
         if self.path.suffix == ".gguf":
             from lemon.llm.embedded import EmbeddedBackend
 
@@ -70,6 +73,13 @@ class TrainedOrchestrator:
             self._hf = HFChatGenerator(self.path)
 
     async def _complete(self, task: str, seed: int) -> tuple[str, int, int]:
+        if self.temperature > 0:
+            return await self._generate(task, seed)
+        if task not in self._greedy:
+            self._greedy[task] = await self._generate(task, seed)
+        return self._greedy[task]
+
+    async def _generate(self, task: str, seed: int) -> tuple[str, int, int]:
         messages = policy_messages(task, self.roles, self.levels)
         if self._gguf is not None:
             req = ChatRequest(tuple(Message(m["role"], m["content"]) for m in messages),  # type: ignore[arg-type]

@@ -137,6 +137,13 @@ def effective_config(s: TrainSettings) -> TrainConfig:
         raise ConfigError(f"invalid training override {loc}={err.get('input')!r}: {err['msg']}") from None
 
 
+def group_worker_seed(seed: int, task_id: str, step: int, mode: str) -> int:
+    """The seed of a group's workers: per task (`task`: a team written again is a cache hit) or per visit."""
+    if mode == "task":
+        return stable_seed(seed, "worker", task_id)
+    return stable_seed(seed, "worker", task_id, step)
+
+
 def task_indices(step: int, n_tasks: int, per_step: int, seed: int) -> list[int]:
     """Tasks of `step` (1-based): consecutive slices of a seeded permutation, reshuffled every epoch."""
     out: list[int] = []
@@ -480,7 +487,7 @@ class Trainer:
             self.executor, chosen, [[c.text for c in cs] for cs in grouped], roles=self.roles,
             settings=settings, sampler=self._step_sampler(step) if s.cf else None,
             rng=random.Random(self._seed("rollout", step)),
-            seeds=[stable_seed(s.seed, "worker", t.id, step) for t in chosen])
+            seeds=[group_worker_seed(s.seed, t.id, step, self.cfg.workers.seeds) for t in chosen])
 
     def update(self, batch: StepBatch) -> dict[str, float]:
         model = self.policy.model if self.update_model is None else self.update_model

@@ -291,12 +291,17 @@ async def score_group(executor: Executor, task: TrainTask, completions: Sequence
     return state
 
 
-def _edit_options(s: Sample, allowed: Sequence[str], levels: Sequence[str]) -> dict[str, list[FieldRef]]:
-    """Per family, the fields of the executed spec that have a span in the completion and reach the output."""
+def _edit_options(s: Sample, allowed: Sequence[str], levels: Sequence[str],
+                  roles: RoleLibrary) -> dict[str, list[FieldRef]]:
+    """Per family, the fields of the executed spec that have a span in the completion, reach the output and
+    change a request: the capacity of an agent that calls no model (a majority vote) changes nothing, and
+    its Δ of exactly 0 would teach the family sampler that capacity edits do not matter."""
     assert s.spec is not None and s.parsed is not None
     spans = render_spec(s.parsed).spans
-    options = {f: [r for r in live_fields(s.spec, applicable_edits(s.spec, f, levels))  # type: ignore[arg-type]
-                   if r in spans] for f in allowed}
+    spec = s.spec
+    inert = {a.name for a in spec.agents if roles[a.role].kind == "vote"}
+    options = {f: [r for r in live_fields(spec, applicable_edits(spec, f, levels))  # type: ignore[arg-type]
+                   if r in spans and not (r.kind == "capacity" and r.agent in inert)] for f in allowed}
     return {f: refs for f, refs in options.items() if refs}
 
 
@@ -328,7 +333,7 @@ def plan_counterfactuals(state: GroupState, executor: Executor, *, roles: RoleLi
         if s.canonical_at is None:
             s.cf_skip = "not canonical"
             continue
-        options = _edit_options(s, settings.ablation.families(sampler.families), levels)
+        options = _edit_options(s, settings.ablation.families(sampler.families), levels, roles)
         if not options:
             s.cf_skip = "no applicable live edit"
             continue

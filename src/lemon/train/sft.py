@@ -63,6 +63,9 @@ class SFTSettings:
     # baselines at every level, each run under `worker_samples` worker seeds; kept only if always right.
     verified: bool = False
     worker_samples: int = 2
+    # `prompted`: the prompted orchestrator at `teacher_level` writes each target. `library`: one team drawn
+    # uniformly from the fixed team library per task, no model call (train/library.py says why).
+    teacher: str = "prompted"
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,28 @@ async def verified_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
     return examples, won
 
 
+def library_examples(tasks: Sequence[TrainTask], s: SFTSettings) -> tuple[list[SFTExample], dict[str, int]]:
+    """SFT examples from `library.library_targets` on the teacher pool's levels (no model call)."""
+    from lemon.llm.pools import pool_level_names
+    from lemon.train.library import library_targets
+
+    targets, counts = library_targets(tasks, RoleLibrary.load(), pool_level_names(s.teacher_pool), seed=s.seed)
+    return [SFTExample(t.id, t.prompt, render_spec(spec).text, label, None) for t, label, spec in targets], counts
+
+
+async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
+                         progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
+    """The SFT data of the configured teacher: library draw, execution-verified best-of-N, or prompted."""
+    if s.teacher == "library":
+        return library_examples(tasks, s)
+    if s.verified:
+        return await verified_examples(tasks, s, progress=progress)
+    if s.teacher != "prompted":
+        raise LemonError(f"unknown SFT teacher {s.teacher!r}; valid: prompted, library")
+    return await teacher_examples(tasks, pool_name=s.teacher_pool, level=s.teacher_level,
+                                  require_correct=s.require_correct, cache=s.cache, progress=progress)
+
+
 def finetune(model: Any, tokenizer: Any, examples: Sequence[SFTExample], roles: RoleLibrary,
              levels: Sequence[str], *, epochs: int, lr: float, batch_size: int, seed: int,
              progress: Progress | None = None) -> list[float]:
@@ -229,12 +254,8 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
     levels = pool_level_names(s.teacher_pool)
     s.out_dir.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
-    if examples is None and s.verified:
-        examples, counts = await verified_examples(train_tasks, s, progress=progress)
-    elif examples is None:
-        examples, counts = await teacher_examples(train_tasks, pool_name=s.teacher_pool, level=s.teacher_level,
-                                                  require_correct=s.require_correct, cache=s.cache,
-                                                  progress=progress)
+    if examples is None:
+        examples, counts = await build_examples(train_tasks, s, progress=progress)
     examples = list(examples)
     with (s.out_dir / "sft_data.jsonl").open("w", encoding="utf-8") as fh:
         for e in examples:

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 10's learning experiment on the 2-core CPU (results: docs/results.md, "Learning on the CPU").
+#   1. SFT warm start with the LIBRARY teacher: one team per GSM8K-train task drawn uniformly from the
+#      default team and the fixed baselines at every level (format + a uniform prior; no model call).
+#   2. GRPO + counterfactual credit and GRPO global-only from that policy, same tasks, seeds and steps, on
+#      the MultiArith TRAIN split with the real `cpu` pool (config: experiments/learning_cpu.yaml; worker
+#      seeds per task, so a team written again is an LLM-cache hit and both arms see the same worker draws).
+#   3. Held-out evaluation on the first LIMIT MultiArith TEST items x SEEDS seeds, the same for every method:
+#      trained (+CF), trained (global), SFT-only, one agent (vanilla, cot) at every level, then the costlier
+#      comparisons (default team, sc-cot, prompted, multi-agent baselines at large) while time allows.
+#   4. lemon report: accuracy mean +- std, worker tokens per item, exact McNemar tests, the plots.
+# Every stage resumes (SFT is skipped once sft.json exists, training continues from its last checkpoint,
+# evaluation from the store). Train and test are disjoint by construction (train vs test splits).
+# Usage: LEMON_DATA_DIR=../shared/data [STEPS=30] [LIMIT=60] [SEEDS=2] [STAGES="sft train eval report"]
+#        bash experiments/learning_cpu.sh [RUNS_DIR]
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+runs="${1:-runs/learning-cpu}"
+steps="${STEPS:-30}"
+limit="${LIMIT:-60}"
+seeds="${SEEDS:-2}"
+stages="${STAGES:-sft train eval report}"
+store="$runs/eval.sqlite"
+mkdir -p "$runs"
+git -C "$here" rev-parse HEAD > "$runs/commit.txt" 2>/dev/null || true
+has() { [[ " $stages " == *" $1 "* ]]; }
+
+if has sft && [ ! -f "$runs/sft/sft.json" ]; then
+  lemon sft --out "$runs/sft" --teacher library --teacher-pool cpu --benchmark gsm8k \
+    --limit "${N_TRAIN:-160}" --epochs "${EPOCHS:-2}" --seed 0
+fi
+
+train_arm() {  # $1 = cf | global
+  local flags=() resume=()
+  [ "$1" = global ] && flags=(--no-cf)
+  [ -d "$runs/$1/checkpoints" ] && resume=(--resume)
+  lemon train --out "$runs/$1" --policy "$runs/sft/model" --benchmark multiarith --pool cpu \
+    --config "$here/learning_cpu.yaml" --steps "$steps" --save-every 5 --seed 0 "${flags[@]}" "${resume[@]}"
+}
+if has train; then
+  for arm in cf global; do
+    last=$(tail -n 1 "$runs/$arm/metrics.jsonl" 2>/dev/null | python -c 'import json,sys; print(json.loads(sys.stdin.read() or "{}").get("step", 0))')
+    [ "$last" -ge "$steps" ] || train_arm "$arm"
+  done
+  lemon plot "$runs/cf" "$runs/global" --smooth 5 --out "$runs/training.png"
+fi
+
+cf="trained:$runs/cf/final"; global="trained:$runs/global/final"; sft="trained:$runs/sft/model"
+common=(multiarith --limit "$limit" --seeds "$seeds" --pool cpu --max-tokens 256 --store "$store")
+if has eval; then
+  for method in "$cf" "$global" "$sft"; do lemon eval "${common[@]}" --method "$method"; done
+  for level in large medium small; do
+    for method in cot vanilla; do lemon eval "${common[@]}" --method "$method" --level "$level"; done
+  done
+  for extra in ${EXTRA:-}; do  # e.g. EXTRA="template prompted sc-cot@large chain@large"
+    method="${extra%@*}"; level=(); [ "$method" != "$extra" ] && level=(--level "${extra#*@}")
+    lemon eval "${common[@]}" --method "$method" "${level[@]}"
+  done
+fi
+
+if has report; then
+  lemon report --store "$store" --out "$runs/report.md" --plot "$runs/accuracy-vs-tokens.png" \
+    --compare "$cf,$global" --compare "$cf,$sft" --compare "$global,$sft" --compare "$cf,best"
+fi

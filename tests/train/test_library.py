@@ -1,0 +1,58 @@
+"""The library SFT teacher (one fixed team per task, drawn uniformly) and per-task worker seeds."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.train
+
+from lemon.spec.render import render_spec  # noqa: E402
+from lemon.spec.roles import RoleLibrary  # noqa: E402
+from lemon.train.grpo import group_worker_seed  # noqa: E402
+from lemon.train.library import library_targets  # noqa: E402
+from lemon.train.sft import SFTSettings, build_examples  # noqa: E402
+from lemon.train.tasks import TrainTask  # noqa: E402
+from lemon.train.verified import candidate_specs  # noqa: E402
+from tests.pools import LEVELS  # noqa: E402
+
+
+def _tasks(n: int, start: int = 0) -> list[TrainTask]:
+    return [TrainTask(id=f"t/{i}", prompt=f"What is {i} + 1?", grade=lambda text: True) for i in range(start, n)]
+
+
+def test_every_target_is_a_library_team_and_the_draw_covers_the_library() -> None:
+    roles = RoleLibrary.load()
+    library = dict(candidate_specs("number", roles, LEVELS))
+    targets, counts = library_targets(_tasks(200), roles, LEVELS, seed=0)
+    assert len(targets) == 200
+    for _, label, spec in targets:
+        assert library[label] == spec
+    # uniform over 13 teams: each expected ~15 times in 200 draws; none missing, none dominating
+    assert set(counts) == set(library)
+    assert max(counts.values()) < 40
+
+
+def test_the_draw_is_per_task_so_more_tasks_never_change_earlier_targets() -> None:
+    roles = RoleLibrary.load()
+    few, _ = library_targets(_tasks(30), roles, LEVELS, seed=3)
+    many, _ = library_targets(_tasks(60), roles, LEVELS, seed=3)
+    assert [(t.id, label) for t, label, _ in few] == [(t.id, label) for t, label, _ in many[:30]]
+    other, _ = library_targets(_tasks(30), roles, LEVELS, seed=4)
+    assert [label for _, label, _ in few] != [label for _, label, _ in other]
+
+
+async def test_sft_with_the_library_teacher_makes_canonical_targets_without_a_model(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    settings = SFTSettings(out_dir=tmp_path, teacher="library", teacher_pool="tiny")
+    examples, counts = await build_examples(_tasks(20), settings)
+    assert len(examples) == 20 and sum(counts.values()) == 20
+    tiny_levels = ("small", "medium", "large")
+    library = {label: render_spec(spec).text for label, spec in candidate_specs("number", RoleLibrary.load(),
+                                                                                  tiny_levels)}
+    assert all(e.target == library[e.source] for e in examples)
+
+
+def test_task_worker_seeds_repeat_across_steps_and_step_seeds_do_not() -> None:
+    by_task = {group_worker_seed(0, "t/1", step, "task") for step in range(1, 6)}
+    by_step = {group_worker_seed(0, "t/1", step, "step") for step in range(1, 6)}
+    assert len(by_task) == 1 and len(by_step) == 5
+    assert group_worker_seed(0, "t/1", 1, "task") != group_worker_seed(0, "t/2", 1, "task")
