@@ -11,7 +11,7 @@
 #   4. lemon report: accuracy mean +- std, worker tokens per item, exact McNemar tests, the plots.
 # Every stage resumes (SFT is skipped once sft.json exists, training continues from its last checkpoint,
 # evaluation from the store). Train and test are disjoint by construction (train vs test splits).
-# Usage: LEMON_DATA_DIR=../shared/data [STEPS=30] [LIMIT=60] [SEEDS=2] [STAGES="sft train eval report"]
+# Usage: LEMON_DATA_DIR=../shared/data [STEPS=30] [TASKS=24] [LIMIT=60] [SEEDS=2] [STAGES="sft train eval report"]
 #        bash experiments/learning_cpu.sh [RUNS_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -19,6 +19,7 @@ runs="${1:-runs/learning-cpu}"
 steps="${STEPS:-30}"
 limit="${LIMIT:-60}"
 seeds="${SEEDS:-2}"
+n_tasks="${TASKS:-24}"  # MultiArith train items trained on: 30 steps x 2 tasks = 2.5 passes, so repeats hit the cache
 stages="${STAGES:-sft train eval report}"
 store="$runs/eval.sqlite"
 mkdir -p "$runs"
@@ -34,7 +35,7 @@ train_arm() {  # $1 = cf | global
   local flags=() resume=()
   [ "$1" = global ] && flags=(--no-cf)
   [ -d "$runs/$1/checkpoints" ] && resume=(--resume)
-  lemon train --out "$runs/$1" --policy "$runs/sft/model" --benchmark multiarith --pool cpu \
+  lemon train --out "$runs/$1" --policy "$runs/sft/model" --benchmark multiarith --limit "$n_tasks" --pool cpu \
     --config "$here/learning_cpu.yaml" --steps "$steps" --save-every 5 --seed 0 "${flags[@]}" "${resume[@]}"
 }
 if has train; then

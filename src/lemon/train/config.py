@@ -105,10 +105,10 @@ class WorkerConfig(_Strict):
     temperature: float = Field(default=0.7, ge=0.0, le=2.0)
     max_tokens: int | None = Field(default=None, gt=0)
     samples: int = Field(default=1, ge=1, le=16)
-    # Where a group's worker seeds come from: `task` = (run seed, task id) only, the same every time the task
-    # comes back (common random numbers: a team the policy writes again is a request-cache hit, and both
-    # ablation arms see the same worker draws); `step` = (run seed, task id, step), fresh draws every visit.
-    seeds: Literal["task", "step"] = "task"
+    # Where a group's worker seeds come from: `step` = (run seed, task id, step), fresh draws every visit;
+    # `task` = (run seed, task id) only, the same every time the task comes back (common random numbers: a
+    # team the policy writes again is a request-cache hit, and both ablation arms see the same draws).
+    seeds: Literal["task", "step"] = "step"
 
 
 class OptimConfig(_Strict):
