@@ -40,8 +40,7 @@ train_arm() {  # $1 = cf | global
 }
 if has train; then
   for arm in cf global; do
-    last=$(tail -n 1 "$runs/$arm/metrics.jsonl" 2>/dev/null | python -c 'import json,sys; print(json.loads(sys.stdin.read() or "{}").get("step", 0))')
-    [ "$last" -ge "$steps" ] || train_arm "$arm"
+    [ -d "$runs/$arm/final" ] || train_arm "$arm"
   done
   lemon plot "$runs/cf" "$runs/global" --smooth 5 --out "$runs/training.png"
 fi
