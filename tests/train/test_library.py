@@ -56,3 +56,10 @@ def test_task_worker_seeds_repeat_across_steps_and_step_seeds_do_not() -> None:
     by_step = {group_worker_seed(0, "t/1", step, "step") for step in range(1, 6)}
     assert len(by_task) == 1 and len(by_step) == 5
     assert group_worker_seed(0, "t/1", 1, "task") != group_worker_seed(0, "t/2", 1, "task")
+
+
+async def test_an_unknown_teacher_is_one_line_naming_the_valid_ones(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from lemon.errors import LemonError
+
+    with pytest.raises(LemonError, match="unknown SFT teacher 'oracle'; valid: prompted, library"):
+        await build_examples(_tasks(2), SFTSettings(out_dir=tmp_path, teacher="oracle"))

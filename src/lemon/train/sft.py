@@ -170,17 +170,31 @@ def library_examples(tasks: Sequence[TrainTask], s: SFTSettings) -> tuple[list[S
     return [SFTExample(t.id, t.prompt, render_spec(spec).text, label, None) for t, label, spec in targets], counts
 
 
-async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
-                         progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
-    """The SFT data of the configured teacher: library draw, execution-verified best-of-N, or prompted."""
-    if s.teacher == "library":
-        return library_examples(tasks, s)
+async def _library(tasks: Sequence[TrainTask], s: SFTSettings,
+                   progress: Progress | None) -> tuple[list[SFTExample], dict[str, int]]:
+    return library_examples(tasks, s)
+
+
+async def _prompted(tasks: Sequence[TrainTask], s: SFTSettings,
+                    progress: Progress | None) -> tuple[list[SFTExample], dict[str, int]]:
     if s.verified:
         return await verified_examples(tasks, s, progress=progress)
-    if s.teacher != "prompted":
-        raise LemonError(f"unknown SFT teacher {s.teacher!r}; valid: prompted, library")
     return await teacher_examples(tasks, pool_name=s.teacher_pool, level=s.teacher_level,
                                   require_correct=s.require_correct, cache=s.cache, progress=progress)
+
+
+#: The SFT teachers: a new one is a function of (tasks, settings, progress) and an entry here.
+TEACHERS = {"prompted": _prompted, "library": _library}
+
+
+async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
+                         progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
+    """The SFT data of the configured teacher (`TEACHERS`): prompted (or verified best-of-N), or library."""
+    try:
+        teacher = TEACHERS[s.teacher]
+    except KeyError:
+        raise LemonError(f"unknown SFT teacher {s.teacher!r}; valid: {', '.join(TEACHERS)}") from None
+    return await teacher(tasks, s, progress)
 
 
 def finetune(model: Any, tokenizer: Any, examples: Sequence[SFTExample], roles: RoleLibrary,
