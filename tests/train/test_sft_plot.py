@@ -78,3 +78,12 @@ async def test_run_sft_with_given_examples(tmp_path: Path, policy_dir: Path, mon
     assert saved["eval_data"]["split"] == "train"
     assert not set(saved["eval_data"]["item_ids"]) & set(saved["train_data"]["item_ids"])
     assert len((tmp_path / "sft" / "sft_data.jsonl").read_text().splitlines()) == 2
+
+
+def test_the_plot_has_a_curve_for_every_edit_family() -> None:
+    """`level` (the default family) had no curve: the panels listed the paper's three families only."""
+    from lemon.train.config import FAMILIES
+    from lemon.train.plot import PANELS
+
+    keys = {k for _, ks in PANELS for k in ks}
+    assert {f"family_prob/{f}" for f in FAMILIES} | {f"cf_delta_mean/{f}" for f in FAMILIES} <= keys

@@ -8,14 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from lemon.errors import LemonError
+from lemon.train.config import FAMILIES
 
 PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("reward", ("reward_mean", "success_mean", "efficiency_mean", "structure_mean")),
     ("validity", ("valid_rate", "canonical_rate", "accuracy")),
     ("worker tokens per step", ("worker_tokens", "rollout_tokens", "cf_tokens")),
     ("node-cache hits", ("node_cache_hits", "cf_cache_hits")),
-    ("family selection probability", ("family_prob/edge", "family_prob/role", "family_prob/capacity")),
-    ("mean counterfactual Δ", ("cf_delta_mean/edge", "cf_delta_mean/role", "cf_delta_mean/capacity")),
+    ("family selection probability", tuple(f"family_prob/{f}" for f in FAMILIES)),
+    ("mean counterfactual Δ", tuple(f"cf_delta_mean/{f}" for f in FAMILIES)),  # every family, `level` too
     ("loss", ("loss_pg", "loss_cf", "kl")),
     ("step time (s)", ("step_s", "gen_s", "exec_s", "update_s")),
 )
