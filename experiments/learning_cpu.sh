@@ -34,7 +34,7 @@ fi
 train_arm() {  # $1 = cf | global
   local flags=() resume=()
   [ "$1" = global ] && flags=(--no-cf)
-  [ -d "$runs/$1/checkpoints" ] && resume=(--resume)
+  [ -f "$runs/$1/run.json" ] && resume=(--resume)  # also a run stopped before its first checkpoint
   lemon train --out "$runs/$1" --policy "$runs/sft/model" --benchmark multiarith --limit "$n_tasks" --pool cpu \
     --config "$here/learning_cpu.yaml" --steps "$steps" --save-every 5 --seed 0 "${flags[@]}" "${resume[@]}"
 }

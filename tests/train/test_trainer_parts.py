@@ -10,6 +10,7 @@ import pytest
 pytestmark = pytest.mark.train
 import torch  # noqa: E402  (installed by the test command: missing fails, never skips)
 
+from lemon.errors import LemonError  # noqa: E402
 from lemon.spec.model import Agent, Spec  # noqa: E402
 from lemon.spec.render import FieldRef, render_spec  # noqa: E402
 from lemon.train.config import CreditConfig, RewardConfig  # noqa: E402
@@ -122,3 +123,20 @@ def test_overrides_are_validated(tmp_path: Path) -> None:
     # one line naming the field and the value (it used to end with pydantic's docs link only)
     with pytest.raises(ConfigError, match=r"^invalid training override optim\.precision='fp16': Input should be"):
         effective_config(TrainSettings(run_dir=tmp_path, precision="fp16"))
+
+
+def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_one(tmp_path: Path) -> None:
+    """It used to refuse both ways: without --resume the directory 'already holds a run', with it there was
+    'no complete checkpoint', so a run killed in its first steps could only be deleted by hand."""
+    run = RunDir(tmp_path)
+    info = {"data": {"item_ids": ["a", "b"]}}
+    assert run.open(info, ["a", "b"], resume=False) is None
+    run.append(run.metrics_path, [{"step": 1}, {"step": 2}])
+    with pytest.raises(LemonError, match="already holds a run; pass --resume to continue it or choose another --out"):
+        run.open(info, ["a", "b"], resume=False)
+    assert run.open(info, ["a", "b"], resume=True) is None
+    assert run.metrics_path.read_text(encoding="utf-8") == ""
+    with pytest.raises(LemonError, match="training items differ"):
+        run.open(info, ["a", "c"], resume=True)
+    with pytest.raises(LemonError, match="holds no run"):
+        RunDir(tmp_path / "empty").open(info, ["a"], resume=True)

@@ -61,18 +61,19 @@ class RunDir:
         ckpts = self.checkpoints()
         if self.info_path.exists() and not resume:
             raise LemonError(f"run directory {self.path} already holds a run; pass --resume to continue it or "
-                             "choose another --run-dir")
+                             "choose another --out")
         if not resume:
             self.path.mkdir(parents=True, exist_ok=True)
             self.info_path.write_text(json.dumps(info, indent=2, default=str), encoding="utf-8")
             return None
-        if not ckpts:
-            raise LemonError(f"--resume: no complete checkpoint under {self.path / CHECKPOINTS}")
+        if not self.info_path.exists():
+            raise LemonError(f"--resume: {self.path} holds no run (no {self.info_path.name}); drop --resume")
         recorded = json.loads(self.info_path.read_text(encoding="utf-8"))
         if recorded["data"]["item_ids"] != list(item_ids):
             raise LemonError(f"--resume: the training items differ from those recorded in {self.info_path}; "
                              "use the same --benchmark/--limit")
-        step, ckpt = ckpts[-1]
+        # Stopped before its first checkpoint: start again from step 1 (the rows it wrote are dropped).
+        step, ckpt = ckpts[-1] if ckpts else (0, None)
         for path in (self.metrics_path, self.samples_path):
             _truncate_jsonl(path, step)
         return ckpt
