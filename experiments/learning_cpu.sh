@@ -11,15 +11,15 @@
 #   4. lemon report: accuracy mean +- std, worker tokens per item, exact McNemar tests, the plots.
 # Every stage resumes (SFT is skipped once sft.json exists, training continues from its last checkpoint,
 # evaluation from the store). Train and test are disjoint by construction (train vs test splits).
-# Usage: LEMON_DATA_DIR=../shared/data [STEPS=30] [TASKS=24] [LIMIT=60] [SEEDS=2] [STAGES="sft train eval report"]
+# Usage: LEMON_DATA_DIR=../shared/data [STEPS=10] [TASKS=24] [LIMIT=60] [SEEDS=2] [STAGES="sft train eval report"]
 #        bash experiments/learning_cpu.sh [RUNS_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 runs="${1:-runs/learning-cpu}"
-steps="${STEPS:-30}"
+steps="${STEPS:-10}"
 limit="${LIMIT:-60}"
 seeds="${SEEDS:-2}"
-n_tasks="${TASKS:-24}"  # MultiArith train items trained on: 30 steps x 2 tasks = 2.5 passes, so repeats hit the cache
+n_tasks="${TASKS:-24}"  # MultiArith train items trained on: 10 steps x 2 tasks: the first 20; STEPS=30 makes 2.5 passes, so repeats hit the cache
 stages="${STAGES:-sft train eval report}"
 store="$runs/eval.sqlite"
 mkdir -p "$runs"
