@@ -161,18 +161,14 @@ async def verified_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
     return examples, won
 
 
-def library_examples(tasks: Sequence[TrainTask], s: SFTSettings) -> tuple[list[SFTExample], dict[str, int]]:
+async def library_examples(tasks: Sequence[TrainTask], s: SFTSettings,
+                           progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
     """SFT examples from `library.library_targets` on the teacher pool's levels (no model call)."""
     from lemon.llm.pools import pool_level_names
     from lemon.train.library import library_targets
 
     targets, counts = library_targets(tasks, RoleLibrary.load(), pool_level_names(s.teacher_pool), seed=s.seed)
     return [SFTExample(t.id, t.prompt, render_spec(spec).text, label, None) for t, label, spec in targets], counts
-
-
-async def _library(tasks: Sequence[TrainTask], s: SFTSettings,
-                   progress: Progress | None) -> tuple[list[SFTExample], dict[str, int]]:
-    return library_examples(tasks, s)
 
 
 async def _prompted(tasks: Sequence[TrainTask], s: SFTSettings,
@@ -184,7 +180,7 @@ async def _prompted(tasks: Sequence[TrainTask], s: SFTSettings,
 
 
 #: The SFT teachers: a new one is a function of (tasks, settings, progress) and an entry here.
-TEACHERS = {"prompted": _prompted, "library": _library}
+TEACHERS = {"prompted": _prompted, "library": library_examples}
 
 
 async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
