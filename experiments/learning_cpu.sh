@@ -12,6 +12,7 @@
 # Every stage resumes (SFT is skipped once sft.json exists, training continues from its last checkpoint,
 # evaluation from the store). Train and test are disjoint by construction (train vs test splits).
 # Usage: LEMON_DATA_DIR=../shared/data [STEPS=10] [TASKS=24] [LIMIT=60] [SEEDS=2] [STAGES="sft train eval report"]
+#        [METHODS="cf sft cot@large ..."] [EXTRA="prompted sc-cot@large ..."]
 #        bash experiments/learning_cpu.sh [RUNS_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -47,13 +48,13 @@ fi
 
 cf="trained:$runs/cf/final"; global="trained:$runs/global/final"; sft="trained:$runs/sft/model"
 common=(multiarith --limit "$limit" --seeds "$seeds" --pool cpu --max-tokens 256 --store "$store")
+# Evaluation order (METHODS, then EXTRA): cf / global / sft name the trained policies, METHOD@LEVEL a fixed
+# baseline at one level. With 2 cores the whole list takes hours; put what a comparison needs first.
+methods="${METHODS:-cf global sft cot@large vanilla@large cot@medium vanilla@medium cot@small vanilla@small}"
 if has eval; then
-  for method in "$cf" "$global" "$sft"; do lemon eval "${common[@]}" --method "$method"; done
-  for level in large medium small; do
-    for method in cot vanilla; do lemon eval "${common[@]}" --method "$method" --level "$level"; done
-  done
-  for extra in ${EXTRA:-}; do  # e.g. EXTRA="template prompted sc-cot@large chain@large"
-    method="${extra%@*}"; level=(); [ "$method" != "$extra" ] && level=(--level "${extra#*@}")
+  for entry in $methods ${EXTRA:-}; do  # e.g. EXTRA="template prompted sc-cot@large chain@large"
+    method="${entry%@*}"; level=(); [ "$method" != "$entry" ] && level=(--level "${entry#*@}")
+    case "$method" in cf) method="$cf" ;; global) method="$global" ;; sft) method="$sft" ;; esac
     lemon eval "${common[@]}" --method "$method" "${level[@]}"
   done
 fi
