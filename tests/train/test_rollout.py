@@ -10,10 +10,10 @@ from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Executor
 from lemon.spec.model import Agent, Spec
-from lemon.spec.render import render_spec
+from lemon.spec.render import FieldRef, render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.train.config import RewardConfig
-from lemon.train.rollout import Ablation, RolloutSettings, rollout_group
+from lemon.train.rollout import Ablation, RolloutSettings, field_room, rollout_group
 from lemon.train.sampler import AdaptiveFamilySampler
 from lemon.train.tasks import TrainTask
 from tests.pools import LEVELS, pool_of
@@ -41,9 +41,9 @@ TASK = TrainTask(id="t/1", prompt="What is 6 * 7?", grade=lambda text: "42" in t
 
 async def _group(completions: list[str], *, cf: bool = True, budget: float | None = None,
                  ablation: Ablation | None = None, families: tuple[str, ...] = ("edge", "role", "capacity"),
-                 seed: int = 0):
+                 seed: int = 0, discount: bool = False):
     ex, backends = _executor()
-    sampler = AdaptiveFamilySampler(families, floor=0.1, seed=seed)
+    sampler = AdaptiveFamilySampler(families, floor=0.1, seed=seed, discount=discount)
     settings = RolloutSettings(reward=RewardConfig(), cf_enabled=cf, cf_budget=budget,
                                ablation=ablation or Ablation())
     group = await rollout_group(ex, TASK, completions, roles=RoleLibrary.load(), settings=settings,
@@ -243,3 +243,26 @@ async def test_level_edits_never_touch_an_agent_that_calls_no_model(seed: int) -
     s = group.samples[0]
     assert s.cf is not None, s.cf_skip
     assert s.cf.field.agent in {"cot_1", "cot_2"}
+
+
+def test_field_room_is_the_share_of_the_group_choosing_otherwise() -> None:
+    large = SPEC.model_copy(update={"agents": (SPEC.agents[0].model_copy(update={"capacity": "large"}),
+                                               SPEC.agents[1])})
+    lone = Spec(agents=(Agent(name="solver", role="math_solver", duty="", capacity="medium"),), output="solver")
+    group = [SPEC, SPEC, large, lone]
+    assert field_room(SPEC, FieldRef("capacity", "solver"), group) == pytest.approx(0.25)  # lone is medium too
+    assert field_room(large, FieldRef("capacity", "solver"), group) == pytest.approx(0.75)
+    assert field_room(SPEC, FieldRef("duty", "checker"), group) == pytest.approx(0.25)  # lone has no checker
+    assert field_room(SPEC, FieldRef("edge", "checker", "solver"), group) == pytest.approx(0.25)
+    assert field_room(SPEC, FieldRef("capacity", "solver"), [SPEC] * 4) == 0.0
+
+
+async def test_counterfactuals_record_their_group_room() -> None:
+    text = render_spec(SPEC).text
+    group, _, sampler = await _group([text] * 4, budget=None)
+    made = [s.cf for s in group.samples if s.cf is not None]
+    assert made and all(cf.room == 0.0 for cf in made)  # four identical specs: every field is settled
+    assert any(cf.delta != 0 for cf in made)
+    assert sampler.probabilities() != pytest.approx(dict.fromkeys(sampler.families, 1 / 3))
+    _, _, discounted = await _group([text] * 4, budget=None, discount=True)
+    assert discounted.probabilities() == pytest.approx(dict.fromkeys(discounted.families, 1 / 3))

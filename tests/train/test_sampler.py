@@ -126,3 +126,29 @@ def test_rejects_bad_settings_and_inputs() -> None:
 def test_from_config() -> None:
     s = AdaptiveFamilySampler.from_config(SamplerConfig(families=("edge", "capacity"), floor=0.2, window=5))
     assert s.families == ("edge", "capacity") and s.floor == 0.2 and s.window == 5
+
+
+def test_discount_scores_a_settled_field_as_no_signal() -> None:
+    """Issue 10's CPU run: `level` kept |Δ| ~ 0.24 after every sample chose `large` (room 0) while duty
+    edits that still split the group (room 0.5) had |Δ| ~ 0.002. Discounted, the split field wins the draw."""
+    plain, discounted = AdaptiveFamilySampler(seed=0), AdaptiveFamilySampler(seed=0, discount=True)
+    for s in (plain, discounted):
+        for _ in range(4):
+            s.update("level", 0.24, room=0.0)
+            s.update("role", 0.002, room=0.5)
+            s.update("edge", 0.0, room=0.25)
+    assert plain.probabilities()["level"] > 0.75
+    p = discounted.probabilities()
+    assert p["role"] == pytest.approx(0.1 + 0.7) and p["level"] == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="room"):
+        discounted.update("edge", 1.0, room=1.5)
+
+
+def test_discount_survives_a_checkpoint_and_old_states_load_undiscounted() -> None:
+    a = AdaptiveFamilySampler.from_config(SamplerConfig(confidence_discount=True))
+    b = AdaptiveFamilySampler(discount=False)
+    b.load_state_dict(json.loads(json.dumps(a.state_dict())))
+    assert b.discount
+    old = {k: v for k, v in a.state_dict().items() if k != "discount"}  # saved before the option existed
+    b.load_state_dict(old)
+    assert not b.discount

@@ -142,6 +142,7 @@ class SamplerConfig(_Strict):
     families: tuple[str, ...] = DEFAULT_FAMILIES
     floor: float = Field(default=0.1, ge=0.0)
     window: int = Field(default=64, ge=1)
+    confidence_discount: bool = False
 
     @model_validator(mode="after")
     def _check_floor(self) -> SamplerConfig:

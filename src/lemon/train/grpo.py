@@ -409,7 +409,7 @@ def sample_rows(step: int, groups: Sequence[GroupResult]) -> list[dict[str, Any]
         for k, s in enumerate(g.samples):
             cf = None if s.cf is None else {"family": s.cf.family, "field": asdict(s.cf.field),
                                             "delta": s.cf.delta, "span": [s.cf.char_start, s.cf.char_end],
-                                            "edited_value": s.cf.edited_value}
+                                            "edited_value": s.cf.edited_value, "room": s.cf.room}
             rows.append({"step": step, "task_id": g.task_id, "sample": k, "completion": s.completion,
                          "valid": s.valid, "error": s.error, "reward": s.total_reward, "success": s.success,
                          "tokens": s.total_tokens, "cf": cf, "cf_skip": s.cf_skip})
@@ -476,7 +476,7 @@ class Trainer:
             for g in groups:
                 for smp in g.samples:
                     if smp.cf is not None:
-                        self.sampler.update(smp.cf.family, smp.cf.delta)
+                        self.sampler.update(smp.cf.family, smp.cf.delta, smp.cf.room)
 
     async def rollout(self, step: int, chosen: Sequence[TrainTask],
                       grouped: Sequence[Sequence[Completion]]) -> list[GroupResult]:

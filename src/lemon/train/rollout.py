@@ -114,6 +114,7 @@ class Counterfactual:
     cache_hits: int
     calls: int
     edited_value: str = ""  # the field's value in the edited spec ("" for a reverted duty or a deleted edge)
+    room: float = 1.0       # 1 - the share of the group's valid specs holding the same value in this field
 
 
 @dataclass
@@ -177,6 +178,7 @@ class PlannedEdit:
     estimated_tokens: int
     char_start: int            # the field's span in the ORIGINAL completion
     char_end: int
+    room: float = 1.0          # `field_room` of the edited field in its group
 
 
 @dataclass
@@ -305,6 +307,25 @@ def _edit_options(s: Sample, allowed: Sequence[str], levels: Sequence[str],
     return {f: refs for f, refs in options.items() if refs}
 
 
+def field_value(spec: Spec, ref: FieldRef) -> str | None:
+    """What `ref` holds in `spec`: a level, a duty, or "edge"; None when the agent (or the edge) is absent."""
+    agent = next((a for a in spec.agents if a.name == ref.agent), None)
+    if agent is None:
+        return None
+    if ref.kind == "capacity":
+        return agent.capacity
+    if ref.kind == "duty":
+        return agent.duty
+    return "edge" if ref.parent in agent.depends_on else None
+
+
+def field_room(spec: Spec, ref: FieldRef, group: Sequence[Spec]) -> float:
+    """1 - the share of `group` (the valid specs of the group, `spec` among them) that hold `spec`'s value
+    in `ref`: a Monte-Carlo estimate of how far the policy still is from choosing it with certainty."""
+    value = field_value(spec, ref)
+    return 1.0 - sum(field_value(other, ref) == value for other in group) / len(group) if group else 1.0
+
+
 def _edit(spec: Spec, family: str, ref: FieldRef, levels: Sequence[str], rng: random.Random) -> Edit:
     """The edit of `family` on field `ref`; `level` draws its target uniformly among the other levels."""
     if family == "level":
@@ -325,6 +346,7 @@ def plan_counterfactuals(state: GroupState, executor: Executor, *, roles: RoleLi
         samples[i].total_tokens * len(state.seeds) for i in valid_idx)
     state.result.cf_budget_tokens = budget
     used = 0
+    group = [sp for i in valid_idx if (sp := samples[i].spec) is not None]
     order = list(valid_idx)
     rng.shuffle(order)
     for i in order:
@@ -351,7 +373,7 @@ def plan_counterfactuals(state: GroupState, executor: Executor, *, roles: RoleLi
         used += cost
         span = render_spec(s.parsed).spans[ref]
         state.plans.append(PlannedEdit(i, family, ref, edited, cost, s.canonical_at + span.start,
-                                       s.canonical_at + span.end))
+                                       s.canonical_at + span.end, field_room(s.spec, ref, group)))
     return state.plans
 
 
@@ -373,7 +395,7 @@ async def run_counterfactuals(state: GroupState, executor: Executor,
                               char_end=plan.char_end, delta=delta, edited_reward=edited_reward.total,
                               spent_tokens=sum(r.spent_tokens for r in runs), estimated_tokens=plan.estimated_tokens,
                               cache_hits=sum(r.cache_hits for r in runs), calls=sum(r.calls for r in runs),
-                              edited_value=_edited_value(plan))
+                              edited_value=_edited_value(plan), room=plan.room)
         deltas.append((plan, delta))
     return deltas
 
@@ -393,7 +415,7 @@ async def rollout_groups(executor: Executor, tasks: Sequence[TrainTask],
         done = await asyncio.gather(*(run_counterfactuals(st, executor, settings) for st in states))
         for deltas in done:
             for plan, delta in deltas:
-                sampler.update(plan.family, delta)
+                sampler.update(plan.family, delta, plan.room)
     else:
         for st in states:
             for smp in st.result.samples:

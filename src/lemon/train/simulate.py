@@ -227,7 +227,7 @@ def best_success(success: Mapping[str, float] = CALIBRATED_SUCCESS) -> float:
 
 def simulated_trainer(*, seed: int, cf: bool, lr: float = 0.05, tasks_per_step: int = 4, group_size: int = 4,
                       n_tasks: int = 32, cf_budget: float | None = 0.2,
-                      families: Sequence[str] | None = None,
+                      families: Sequence[str] | None = None, confidence_discount: bool = False,
                       success: Mapping[str, float] = CALIBRATED_SUCCESS) -> Any:
     """The real `grpo.Trainer` on the simulated pool and the slot policy (no run directory, no KL)."""
     from lemon.spec.roles import RoleLibrary
@@ -235,7 +235,9 @@ def simulated_trainer(*, seed: int, cf: bool, lr: float = 0.05, tasks_per_step: 
     from lemon.train.grpo import Trainer, TrainSettings, worker_executor
     from lemon.train.sampler import AdaptiveFamilySampler
 
-    sampler_cfg = {} if families is None else {"families": tuple(families)}
+    sampler_cfg: dict[str, object] = {"confidence_discount": confidence_discount}
+    if families is not None:
+        sampler_cfg["families"] = tuple(families)
     cfg = TrainConfig.model_validate({
         "sampler": sampler_cfg,
         "credit": {"kl_beta": 0.0, "cf_budget": cf_budget},
