@@ -113,6 +113,8 @@ def test_overrides_are_validated(tmp_path: Path) -> None:
     cfg = effective_config(TrainSettings(run_dir=tmp_path, group_size=2, kl_beta=0.0,
                                          families=("edge", "role")))
     assert cfg.group.group_size == 2 and cfg.credit.kl_beta == 0.0 and cfg.sampler.families == ("edge", "role")
+    assert not cfg.sampler.confidence_discount
+    assert effective_config(TrainSettings(run_dir=tmp_path, confidence_discount=True)).sampler.confidence_discount
     from lemon.errors import ConfigError
 
     with pytest.raises(ConfigError):

@@ -90,6 +90,7 @@ class TrainSettings:
     resume: bool = False
     cf: bool = True
     families: tuple[str, ...] | None = None
+    confidence_discount: bool | None = None
     ablation: Ablation = field(default_factory=Ablation)
     lora: bool = False
     cache: bool = True
@@ -124,6 +125,8 @@ def effective_config(s: TrainSettings) -> TrainConfig:
         data["optim"]["lr"] = s.lr
     if s.families is not None:
         data["sampler"]["families"] = tuple(s.families)
+    if s.confidence_discount is not None:
+        data["sampler"]["confidence_discount"] = s.confidence_discount
     if s.worker_samples is not None:
         data["workers"]["samples"] = s.worker_samples
     for key in ("epochs", "precision", "gradient_checkpointing"):
