@@ -44,7 +44,8 @@ if has train; then
   for arm in ${ARMS:-cf global}; do
     [ -d "$runs/$arm/final" ] || train_arm "$arm"
   done
-  lemon plot "$runs/cf" "$runs/global" --smooth 5 --out "$runs/training.png"
+  trained=(); for arm in cf global cf-discount; do [ -d "$runs/$arm/final" ] && trained+=("$runs/$arm"); done
+  lemon plot "${trained[@]}" --smooth 5 --out "$runs/training.png"
 fi
 
 cf="trained:$runs/cf/final"; global="trained:$runs/global/final"; sft="trained:$runs/sft/model"
