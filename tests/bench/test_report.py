@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.report import build_report, mcnemar_exact, paired_compare, run_stats
+from lemon.bench.report import build_report, dominated_by, mcnemar_exact, paired_compare, run_stats
 from lemon.bench.store import ItemRow, ResultsStore, RunInfo
 from lemon.errors import LemonError
 from tests.cli.test_cli_core import assert_clean_error, lemon
@@ -160,3 +160,29 @@ def test_cli_compare_is_repeatable_and_a_bad_pair_exits_2(tmp_path: Path) -> Non
     assert md.index("cot vs vanilla") < md.index("tree vs vanilla")  # in the order asked
     assert_clean_error(lemon("report", "--store", str(store_path), "--compare", "cot", home=tmp_path),
                        "joined by a comma")
+
+
+def test_front_names_the_runs_both_more_accurate_and_cheaper(tmp_path: Path) -> None:
+    """Issue 10's acceptance (no fixed baseline both more accurate and cheaper) read off the report."""
+    items = [str(i) for i in range(8)]
+
+    def table(n_right: int, seeds: int = 2) -> dict[tuple[str, int], bool]:
+        return {(i, s): k < n_right for s in range(seeds) for k, i in enumerate(items)}
+
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        _fill(store, "cheap", "vanilla", table(7), 2, 280)
+        _fill(store, "tied", "cot", table(7), 2, 300)        # as accurate as vanilla, dearer: still on the front
+        _fill(store, "worse", "chain", table(5), 2, 290)     # vanilla is more accurate AND cheaper
+        _fill(store, "best", "sc-cot", table(8), 2, 900)     # most accurate: on the front whatever it costs
+        _fill(store, "other", "tree", table(2, seeds=1), 1, 10)  # other seeds: not comparable
+        store.ensure_run("part", benchmark="gsm8k", split="test", method="random", pool="tiny", level="medium",
+                         seeds=2, n_items=8, config={})
+        store.put("part", _row("0", 0, True, 5))             # partial: judged by nobody, judges nobody
+        report = build_report(store)
+        stats = {s.run.run_id: s for s in report.stats}
+    beaten = dominated_by(list(stats.values()))
+    assert {k: [q.run.run_id for q in v] for k, v in beaten.items()} == {
+        "cheap": [], "tied": [], "worse": ["cheap"], "best": [], "other": []}
+    front = report.markdown.split("Accuracy-tokens front (test, pool tiny, 8 items x 2 seeds)")[1]
+    assert "| chain | medium | 62.50 ± 0.00 | 290.0 | no: dominated by vanilla@medium |" in front
+    assert front.count("**on the front**") == 3 and "| random |" not in front and "| tree |" not in front

@@ -192,6 +192,44 @@ class Report:
     plot_path: Path | None = None
 
 
+# ---- the accuracy-tokens front ---------------------------------------------------------------------------
+
+
+def dominated_by(stats: Sequence[RunStats]) -> dict[str, tuple[RunStats, ...]]:
+    """For every COMPLETE run, the complete runs that are both more accurate and cheaper in worker tokens.
+
+    Runs are compared only on the same benchmark, split, pool, items and seeds (a run on other items is not
+    evidence). A run with no dominating run is on the accuracy-tokens front; partial runs are left out.
+    """
+    def key(s: RunStats) -> tuple[object, ...]:
+        return s.run.benchmark, s.run.split, s.run.pool, s.n_items, s.seeds
+
+    done = [s for s in stats if s.complete and not math.isnan(s.accuracy_mean)]
+    return {s.run.run_id: tuple(q for q in done if key(q) == key(s) and q.accuracy_mean > s.accuracy_mean
+                                and q.tokens_mean < s.tokens_mean) for s in done}
+
+
+def _render_front(stats: Sequence[RunStats]) -> list[str]:
+    """Per group of runs on the same items and seeds (two runs at least): who is on the front, who is not."""
+    beaten = dominated_by(stats)
+    groups: dict[tuple[object, ...], list[RunStats]] = {}
+    for s in (s for s in stats if s.run.run_id in beaten):
+        groups.setdefault((s.run.split, s.run.pool, s.n_items, len(s.seeds)), []).append(s)
+    lines: list[str] = []
+    for (split, pool, n, seeds), group in groups.items():
+        if len(group) < 2:
+            continue
+        lines += ["", f"### Accuracy-tokens front ({split}, pool {pool}, {n} items x {seeds} seeds)", "",
+                  "A run is off the front when another run on the same items and seeds is both more accurate "
+                  "and cheaper in worker tokens (point estimates; the paired tests say which gaps are noise).",
+                  "", "| method | level | accuracy (%) | worker tokens / item | front |", "|---|---|---|---:|---|"]
+        for s in sorted(group, key=lambda g: g.tokens_mean):
+            by = ", ".join(f"{q.run.method}@{q.run.level}" for q in beaten[s.run.run_id])
+            lines.append(f"| {s.run.method} | {s.run.level} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} "
+                         f"| {'no: dominated by ' + by if by else '**on the front**'} |")
+    return lines
+
+
 def _fmt_tokens(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:,.1f}"
 
@@ -226,6 +264,7 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
                 f"{s.run.level} | {temp} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} | "
                 f"{_fmt_tokens(s.orchestrator_tokens_mean)} | {s.wall_s_mean:.1f} | {s.errors} | `{s.run.run_id}` |"
             )
+        lines += _render_front([s for s in stats if s.run.benchmark == bench])
         for c in (c for c in comparisons if c.run_a.benchmark == bench):
             lines += ["", *_render_comparison(c)]
     return "\n".join(lines) + "\n"
