@@ -285,3 +285,24 @@ def test_generation_with_a_shared_prefill_samples_what_it_samples_without(temper
         first.append(widths[:2])
     assert runs[0] == runs[1] and all(len(r) >= 1 for r in runs[0])
     assert first == [[4, 1], [3, 1]]  # unshared: 6 rows x 4; shared: 2 distinct prompts x 3, then 1 token
+
+
+def test_update_reports_the_probability_of_the_credited_tokens() -> None:
+    """The counterfactual gradient on a token is A * (onehot - p): `cf_span_p` says how much room the credited
+    tokens still had (issue 10's CPU run: ~0.9999 after two steps, so Δ = 1.09 moved nothing)."""
+    from lemon.train.credit import CounterfactualTerm
+    from lemon.train.generation import score_completions
+
+    policy = SlotPolicy.create()
+    (comp,) = policy.sample([[0]], max_new_tokens=32, temperature=1.0, seed=0)
+    lp, _, _ = score_completions(policy.model, [comp.prompt_ids], [comp.ids], 0)
+    span = [i for i in range(len(comp.ids)) if float(lp[0, i]) < -1e-3][:2]  # two tokens the policy chose
+    expected = float(torch.exp(lp[0, span]).mean())
+    batch = StepBatch([comp.prompt_ids], [comp.ids], [0.5], [[CounterfactualTerm(span, delta=1.0)]])
+    stats = policy_update(policy.model, batch, torch.optim.SGD(policy.model.parameters(), lr=0.1),
+                          _cfg(kl_beta=0.0), 0)
+    assert stats["cf_span_tokens"] == 2 and stats["cf_span_p"] == pytest.approx(expected, rel=1e-5)
+    assert 0 < expected < 1
+    plain = policy_update(policy.model, _batch(policy, 1.0), torch.optim.SGD(policy.model.parameters(), lr=0.1),
+                          _cfg(kl_beta=0.0), 0)
+    assert plain["cf_span_tokens"] == 0 and plain["cf_span_p"] == 0.0

@@ -259,6 +259,9 @@ def _accumulate(model: Any, batch: StepBatch, cfg: TrainConfig, pad_id: int, ref
             cfl = counterfactual_loss(lp, cf, mask) * share
             dist.backward((pg + cfl) * dist.loss_scale)
         if stats is not None:
+            on_span = (cf != 0) & mask.bool()
+            stats["cf_span_tokens"] += float(on_span.sum())
+            stats["cf_span_p"] += float(torch.exp(lp.detach())[on_span].sum())  # a sum here, a mean at the end
             stats["loss_pg"] += float(pg.detach())
             stats["loss_cf"] += float(cfl.detach())
             stats["entropy"] += float(-(lp.detach() * mask).sum()) / n_tokens
@@ -317,7 +320,7 @@ def policy_update(model: Any, batch: StepBatch, optimizer: Any, cfg: TrainConfig
     """
     dist = dist or Distributed()
     stats = {"loss_pg": 0.0, "loss_cf": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "updated": 0.0,
-             "weight_change": 0.0}
+             "weight_change": 0.0, "cf_span_p": 0.0, "cf_span_tokens": 0.0}
     signal, n_tokens = dist.all_sum([float(batch.has_signal()), float(sum(len(c) for c in batch.completions))])
     if signal == 0 or n_tokens == 0:
         return stats
@@ -334,10 +337,12 @@ def policy_update(model: Any, batch: StepBatch, optimizer: Any, cfg: TrainConfig
                 stats["grad_norm"] = norm
             optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    for key, total in zip(("loss_pg", "loss_cf", "kl", "entropy"),
-                          dist.all_sum([stats["loss_pg"], stats["loss_cf"], stats["kl"], stats["entropy"]]),
-                          strict=True):
+    keys = ("loss_pg", "loss_cf", "kl", "entropy", "cf_span_p", "cf_span_tokens")
+    for key, total in zip(keys, dist.all_sum([stats[k] for k in keys]), strict=True):
         stats[key] = total
+    # Mean probability of the credited tokens: the counterfactual gradient on a token is A * (onehot - p),
+    # so a span the policy already writes with p ~ 1 cannot move, whatever its Δ (issue 10's CPU run).
+    stats["cf_span_p"] /= max(stats["cf_span_tokens"], 1.0)
     stats["weight_change"] = _relative_change(before, [p.detach() for p in params])
     stats["updated"] = 1.0
     return stats
