@@ -18,6 +18,8 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("family selection probability", tuple(f"family_prob/{f}" for f in FAMILIES)),
     ("mean counterfactual Δ", tuple(f"cf_delta_mean/{f}" for f in FAMILIES)),  # every family, `level` too
     ("loss", ("loss_pg", "loss_cf", "kl")),
+    # Near 1 the credited tokens cannot move (their gradient is A x (onehot - p)): credit with no effect.
+    ("probability of the credited tokens", ("cf_span_p",)),
     ("step time (s)", ("step_s", "gen_s", "exec_s", "update_s")),
 )
 
