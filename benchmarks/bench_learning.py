@@ -19,6 +19,7 @@ Prints (the +CF variant is the default config: families edge, role, level; cf_bu
     L1-lower <ratio>  the same with the paper's capacity operator (lower one level) instead of `level`
     L1-uncapped <ratio>  the default families with every valid spec edited (cf_budget null)
     L1-discount <ratio>  the family sampler scoring |Δ| x (1 - the group's agreement on the edited field)
+    L1-pairwise <ratio>  credit as a preference between the written and the edited value (credit.cf_form)
 Run: `python benchmarks/bench_learning.py [--seeds 5] [--max-steps 150] [--threshold 0.72]` (about a minute).
 """
 
@@ -40,6 +41,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "lower": {"families": ("edge", "role", "capacity")},
     "uncapped": {"cf_budget": None},
     "discount": {"confidence_discount": True},
+    "pairwise": {"cf_form": "pairwise"},
 }
 
 

@@ -12,7 +12,7 @@
 # Every stage resumes (SFT is skipped once sft.json exists, training continues from its last checkpoint,
 # evaluation from the store). Train and test are disjoint by construction (train vs test splits).
 # Usage: LEMON_DATA_DIR=../shared/data [STEPS=10] [TASKS=24] [LIMIT=60] [SEEDS=2] [STAGES="sft train eval report"]
-#        [ARMS="cf global cf-discount"] [METHODS="cf sft cot@large ..."] [EXTRA="prompted sc-cot@large ..."]
+#        [ARMS="cf global cf-discount cf-pairwise"] [METHODS="cf sft cot@large ..."] [EXTRA="prompted sc-cot@large ..."]
 #        bash experiments/learning_cpu.sh [RUNS_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -32,10 +32,11 @@ if has sft && [ ! -f "$runs/sft/sft.json" ]; then
     --limit "${N_TRAIN:-160}" --epochs "${EPOCHS:-2}" --seed 0
 fi
 
-train_arm() {  # $1 = cf | global | cf-discount (+CF with the family sampler's confidence discount)
+train_arm() {  # $1 = cf | global | cf-discount (the family sampler's confidence discount) | cf-pairwise
   local flags=() resume=()
   [ "$1" = global ] && flags=(--no-cf)
   [ "$1" = cf-discount ] && flags=(--confidence-discount)
+  [ "$1" = cf-pairwise ] && flags=(--cf-form pairwise)
   [ -f "$runs/$1/run.json" ] && resume=(--resume)  # also a run stopped before its first checkpoint
   lemon train --out "$runs/$1" --policy "$runs/sft/model" --benchmark multiarith --limit "$n_tasks" --pool cpu \
     --config "$here/learning_cpu.yaml" --steps "$steps" --save-every 5 --seed 0 "${flags[@]}" "${resume[@]}"
@@ -44,13 +45,13 @@ if has train; then
   for arm in ${ARMS:-cf global}; do
     [ -d "$runs/$arm/final" ] || train_arm "$arm"
   done
-  trained=(); for arm in cf global cf-discount; do [ -d "$runs/$arm/final" ] && trained+=("$runs/$arm"); done
+  trained=(); for arm in cf global cf-discount cf-pairwise; do [ -d "$runs/$arm/final" ] && trained+=("$runs/$arm"); done
   lemon plot "${trained[@]}" --smooth 5 --out "$runs/training.png"
 fi
 
 cf="trained:$runs/cf/final"; global="trained:$runs/global/final"; sft="trained:$runs/sft/model"
 common=(multiarith --limit "$limit" --seeds "$seeds" --pool cpu --max-tokens 256 --store "$store")
-# Evaluation order (METHODS, then EXTRA): cf / global / cf-discount / sft name the trained policies,
+# Evaluation order (METHODS, then EXTRA): cf / global / cf-discount / cf-pairwise / sft name the trained policies,
 # METHOD@LEVEL a fixed baseline at one level. With 2 cores the whole list takes hours; put what a comparison
 # needs first.
 methods="${METHODS:-cf global sft cot@large vanilla@large cot@medium vanilla@medium cot@small vanilla@small}"
@@ -58,7 +59,7 @@ if has eval; then
   for entry in $methods ${EXTRA:-}; do  # e.g. EXTRA="template prompted sc-cot@large chain@large"
     method="${entry%@*}"; level=(); [ "$method" != "$entry" ] && level=(--level "${entry#*@}")
     case "$method" in cf) method="$cf" ;; global) method="$global" ;; sft) method="$sft" ;;
-      cf-discount) method="trained:$runs/cf-discount/final" ;; esac
+      cf-discount | cf-pairwise) method="trained:$runs/$method/final" ;; esac
     lemon eval "${common[@]}" --method "$method" "${level[@]}"
   done
 fi

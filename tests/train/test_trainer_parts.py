@@ -115,7 +115,11 @@ def test_overrides_are_validated(tmp_path: Path) -> None:
     assert cfg.group.group_size == 2 and cfg.credit.kl_beta == 0.0 and cfg.sampler.families == ("edge", "role")
     assert not cfg.sampler.confidence_discount
     assert effective_config(TrainSettings(run_dir=tmp_path, confidence_discount=True)).sampler.confidence_discount
+    assert effective_config(TrainSettings(run_dir=tmp_path, cf_form="pairwise")).credit.cf_form == "pairwise"
     from lemon.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cf_form"):
+        effective_config(TrainSettings(run_dir=tmp_path, cf_form="token"))
 
     with pytest.raises(ConfigError):
         effective_config(TrainSettings(run_dir=tmp_path, group_size=1))

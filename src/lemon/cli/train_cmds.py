@@ -132,6 +132,9 @@ def train_cmd(
     confidence_discount: Annotated[bool | None, typer.Option(
         "--confidence-discount/--no-confidence-discount", help="Override sampler.confidence_discount (score a "
         "counterfactual by |delta| x its group's disagreement on the edited field).", show_default=False)] = None,
+    cf_form: Annotated[str | None, typer.Option(help="Override credit.cf_form: span (delta on the field's "
+                                                     "tokens) or pairwise (a preference between the written "
+                                                     "and the edited value).")] = None,
     fixed_roles: Annotated[bool, typer.Option("--fixed-roles", help="Ablation: base roles only.")] = False,
     fixed_capacity: Annotated[str | None, typer.Option(help="Ablation: run every agent at LEVEL.")] = None,
     fixed_structure: Annotated[str | None, typer.Option(help="Ablation: 'chain'.")] = None,
@@ -174,7 +177,7 @@ def train_cmd(
         run_dir=out, benchmark=benchmark, pool=pool, policy=policy, steps=steps, limit_tasks=limit,
         data_dir=str(data_dir) if data_dir else None, config_path=str(config) if config else None,
         save_every=save_every, keep_checkpoints=keep_checkpoints, seed=seed, resume=resume, cf=not no_cf,
-        families=_families(families), confidence_discount=confidence_discount,
+        families=_families(families), confidence_discount=confidence_discount, cf_form=cf_form,
         ablation=Ablation(fixed_roles=fixed_roles, fixed_capacity=fixed_capacity,
                           fixed_structure=fixed_structure),  # type: ignore[arg-type]
         lora=lora, cache=not no_cache, threads=threads, group_size=group_size, max_new_tokens=policy_max_tokens,

@@ -125,11 +125,25 @@ def shared_prefill(model: Any, rows: Sequence[Sequence[int]], pad_id: int) -> An
     return cache
 
 
+def _alt_tensor(alt_ids: Sequence[Sequence[int]] | None, c_ids: torch.Tensor) -> torch.Tensor | None:
+    """[B, T] alternative ids, the completion's own token where a row gives none (or past its end)."""
+    if alt_ids is None:
+        return None
+    out = c_ids.clone()
+    for i, row in enumerate(alt_ids):
+        n = min(len(row), out.shape[1])
+        out[i, :n] = torch.tensor(list(row)[:n], dtype=torch.long)
+    return out
+
+
 def batch_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-                   pad_id: int, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, int]:
+                   pad_id: int, temperature: float = 1.0,
+                   alt_ids: Sequence[Sequence[int]] | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Teacher-forced log-probs [B, T] of the completions, their mask [B, T] and the shared prompt length P.
 
     `temperature` is the one the completions were sampled at (the scored distribution is softmax(z / T)).
+    With `alt_ids` (one alternative token per completion position) the log-probs are [B, T, 2]
+    (`credit.token_logprobs`).
 
     Prompts are left-padded to P, completions right-padded to T; the returned log-probs keep the graph.
     """
@@ -144,6 +158,7 @@ def batch_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Se
             c_ids[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
             c_mask[i, :len(c)] = 1
     device = model_device(model)
+    alt = _alt_tensor(alt_ids, c_ids)
     c_ids, c_mask = c_ids.to(device), c_mask.to(device)
     ids = torch.cat([p_ids.to(device), c_ids], dim=1)
     mask = torch.cat([p_mask.to(device), c_mask], dim=1)
@@ -151,7 +166,7 @@ def batch_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Se
     # the prompt's rows of the LM head saves most of its cost and memory on a 49k vocabulary.
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
                    logits_to_keep=t + 1).logits
-    lp = token_logprobs(logits[:, :t + 1], c_ids, 1, temperature)
+    lp = token_logprobs(logits[:, :t + 1], c_ids, 1, temperature, alt)
     return lp, c_mask.to(lp.dtype), p_ids.shape[1]
 
 
@@ -161,7 +176,8 @@ def shares_prompt(prompts: Sequence[Sequence[int]]) -> bool:
 
 
 def shared_prompt_logprobs(model: Any, prompt: Sequence[int], completions: Sequence[Sequence[int]], pad_id: int,
-                           temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor, int]:
+                           temperature: float = 1.0,
+                           alt_ids: Sequence[Sequence[int]] | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """`batch_logprobs` for rows that share ONE prompt: the prompt runs once (batch 1), its key/value cache is
     repeated for the B completions, which then run with it (gradients flow back through the cache).
 
@@ -180,6 +196,7 @@ def shared_prompt_logprobs(model: Any, prompt: Sequence[int], completions: Seque
         if c:
             c_ids[i, :len(c)] = torch.tensor(list(c), dtype=torch.long)
             c_mask[i, :len(c)] = 1
+    alt = _alt_tensor(alt_ids, c_ids)
     c_ids, c_mask = c_ids.to(device), c_mask.to(device)
     p_ids = torch.tensor([list(prompt)], dtype=torch.long, device=device)
     head = model(input_ids=p_ids, use_cache=True, logits_to_keep=1)
@@ -190,14 +207,14 @@ def shared_prompt_logprobs(model: Any, prompt: Sequence[int], completions: Seque
     pos = torch.arange(n, n + t, device=device)[None].expand(b, -1)
     tail = model(input_ids=c_ids, past_key_values=cache, position_ids=pos, use_cache=True).logits
     logits = torch.cat([head.logits[:, -1:].expand(b, -1, -1), tail[:, :t - 1]], dim=1)
-    lp = token_logprobs(logits, c_ids, 1, temperature)
+    lp = token_logprobs(logits, c_ids, 1, temperature, alt)
     return lp, c_mask.to(lp.dtype), n
 
 
 def score_completions(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-                      pad_id: int, temperature: float = 1.0,
-                      share: bool = False) -> tuple[torch.Tensor, torch.Tensor, int]:
+                      pad_id: int, temperature: float = 1.0, share: bool = False,
+                      alt_ids: Sequence[Sequence[int]] | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """`shared_prompt_logprobs` when `share` is allowed and the rows have one prompt, else `batch_logprobs`."""
     if share and shares_prompt(prompts):
-        return shared_prompt_logprobs(model, prompts[0], completions, pad_id, temperature)
-    return batch_logprobs(model, prompts, completions, pad_id, temperature)
+        return shared_prompt_logprobs(model, prompts[0], completions, pad_id, temperature, alt_ids)
+    return batch_logprobs(model, prompts, completions, pad_id, temperature, alt_ids)

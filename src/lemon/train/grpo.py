@@ -51,11 +51,13 @@ from lemon.spec.roles import RoleLibrary
 from lemon.train.config import CreditConfig, TrainConfig, load_train_config
 from lemon.train.credit import (
     CounterfactualTerm,
+    FieldPair,
     advantage_scales,
     counterfactual_advantages,
     counterfactual_loss,
     group_advantages,
     k3_kl,
+    pairwise_field_loss,
     policy_gradient_loss,
 )
 from lemon.train.distributed import Distributed, check_shares, open_distributed
@@ -65,7 +67,7 @@ from lemon.train.rollout import Ablation, GroupResult, RolloutSettings, rollout_
 from lemon.train.run_dir import RunDir
 from lemon.train.sampler import AdaptiveFamilySampler
 from lemon.train.tasks import TrainTask, load_train_tasks, split_record
-from lemon.train.token_spans import char_span_to_token_indices
+from lemon.train.token_spans import char_span_to_token_indices, edit_window
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +93,7 @@ class TrainSettings:
     cf: bool = True
     families: tuple[str, ...] | None = None
     confidence_discount: bool | None = None
+    cf_form: str | None = None
     ablation: Ablation = field(default_factory=Ablation)
     lora: bool = False
     cache: bool = True
@@ -127,6 +130,8 @@ def effective_config(s: TrainSettings) -> TrainConfig:
         data["sampler"]["families"] = tuple(s.families)
     if s.confidence_discount is not None:
         data["sampler"]["confidence_discount"] = s.confidence_discount
+    if s.cf_form is not None:
+        data["credit"]["cf_form"] = s.cf_form
     if s.worker_samples is not None:
         data["workers"]["samples"] = s.worker_samples
     for key in ("epochs", "precision", "gradient_checkpointing"):
@@ -172,34 +177,58 @@ class StepBatch:
     completions: list[list[int]] = field(default_factory=list)
     advantages: list[float] = field(default_factory=list)
     cf_terms: list[list[CounterfactualTerm]] = field(default_factory=list)
+    cf_pairs: list[list[FieldPair]] = field(default_factory=list)  # credit.cf_form "pairwise"; [] = none
 
     def has_signal(self) -> bool:
         """False when every advantage and every counterfactual term is zero: a step would only add noise."""
-        return any(a != 0 for a in self.advantages) or any(
-            t.delta != 0 and t.weight != 0 for terms in self.cf_terms for t in terms)
+        terms = [t for row in self.cf_terms for t in row] + [t for row in self.cf_pairs for t in row]
+        return any(a != 0 for a in self.advantages) or any(t.delta != 0 and t.weight != 0 for t in terms)
+
+    def pairs(self, rows: slice) -> list[list[FieldPair]]:
+        """The pairwise terms of `rows` (empty lists when the batch has none)."""
+        return self.cf_pairs[rows] if self.cf_pairs else [[] for _ in self.completions[rows]]
+
+
+Alternative = Callable[[Completion, int, int, str], tuple[int, int] | None]
+
+
+def _credit_terms(sample: Any, comp: Completion, weight: float, alternative: Alternative | None
+                  ) -> tuple[list[CounterfactualTerm], list[FieldPair]]:
+    """One sample's counterfactual as a pairwise term when `alternative` finds where the edit diverges from
+    the completion, else as the span term on the original field's tokens."""
+    cf = sample.cf
+    if alternative is not None:
+        start, end, text = edit_window(comp.text, cf.char_start, cf.char_end, cf.field.kind, cf.edited_value)
+        alt = alternative(comp, start, end, text)
+        if alt is not None:
+            return [], [FieldPair(alt[0], alt[1], cf.delta, weight)]
+    idx = char_span_to_token_indices(comp.offsets, Span(cf.char_start, cf.char_end))
+    return ([CounterfactualTerm(idx, cf.delta, weight)] if idx else []), []
 
 
 def build_batch(groups: Sequence[GroupResult], completions: Sequence[Sequence[Completion]],
-                credit: CreditConfig, *, cf: bool = True) -> StepBatch:
+                credit: CreditConfig, *, cf: bool = True, alternative: Alternative | None = None) -> StepBatch:
     """Group advantages on every token, plus Δ on the tokens of each counterfactual's field, on ONE scale.
 
     Both the group advantage and Δ are divided by the group's scale (`advantage_scales`; 1 by default), so
-    a counterfactual that flips success weighs what a solved spec weighs against its group.
+    a counterfactual that flips success weighs what a solved spec weighs against its group. With
+    `credit.cf_form` "pairwise", `alternative` (the policy's) finds the token where the edit diverges.
     """
+    pairwise = alternative if credit.cf_form == "pairwise" else None
     batch = StepBatch()
     scales = advantage_scales([g.rewards for g in groups], credit.advantage_scale, credit.advantage_floor)
     for group, comps, scale in zip(groups, completions, scales, strict=True):
         adv = group_advantages(group.rewards, scale)
         for sample, comp, a in zip(group.samples, comps, adv, strict=True):
             terms: list[CounterfactualTerm] = []
+            pairs: list[FieldPair] = []
             if cf and sample.cf is not None and credit.cf_weight > 0:
-                idx = char_span_to_token_indices(comp.offsets, Span(sample.cf.char_start, sample.cf.char_end))
-                if idx:
-                    terms.append(CounterfactualTerm(idx, sample.cf.delta, credit.cf_weight / scale))
+                terms, pairs = _credit_terms(sample, comp, credit.cf_weight / scale, pairwise)
             batch.prompts.append(comp.prompt_ids)
             batch.completions.append(comp.ids)
             batch.advantages.append(a)
             batch.cf_terms.append(terms)
+            batch.cf_pairs.append(pairs)
     return batch
 
 
@@ -227,6 +256,15 @@ class _Memo:
     ref: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
+def _alt_rows(completions: Sequence[Sequence[int]], pairs: Sequence[Sequence[FieldPair]]) -> list[list[int]]:
+    """Per row, the completion with each pair's alternative token at its position (what `alt_ids` scores)."""
+    rows = [list(c) for c in completions]
+    for row, row_pairs in zip(rows, pairs, strict=True):
+        for pair in row_pairs:
+            row[pair.position] = pair.alt_id
+    return rows
+
+
 def _accumulate(model: Any, batch: StepBatch, cfg: TrainConfig, pad_id: int, reference: Reference | None,
                 stats: dict[str, float] | None, n_tokens: float, dist: Distributed, memo: _Memo,
                 first: bool) -> None:
@@ -242,7 +280,10 @@ def _accumulate(model: Any, batch: StepBatch, cfg: TrainConfig, pad_id: int, ref
     for k, sl in enumerate(slices):
         b = sl.start
         with dist.no_sync(model, sync=k == len(slices) - 1):
-            lp, mask, _ = score_completions(model, batch.prompts[sl], batch.completions[sl], pad_id, temp, share)
+            pairs = batch.pairs(sl)
+            alt = _alt_rows(batch.completions[sl], pairs) if any(pairs) else None
+            lp, mask, _ = score_completions(model, batch.prompts[sl], batch.completions[sl], pad_id, temp, share, alt)
+            lp, lp_pair = (lp, None) if alt is None else (lp[..., 0], lp)
             t = lp.shape[1]
             adv = torch.tensor(batch.advantages[sl], dtype=lp.dtype, device=lp.device)[:, None].expand(-1, t)
             cf = torch.stack([counterfactual_advantages(t, terms).to(lp.device, lp.dtype)
@@ -257,6 +298,8 @@ def _accumulate(model: Any, batch: StepBatch, cfg: TrainConfig, pad_id: int, ref
                                       clip_eps=cfg.credit.clip_eps, ref_logprobs=ref_lp,
                                       kl_beta=cfg.credit.kl_beta) * share
             cfl = counterfactual_loss(lp, cf, mask) * share
+            if lp_pair is not None:
+                cfl = cfl + pairwise_field_loss(lp_pair, pairs) / n_tokens
             dist.backward((pg + cfl) * dist.loss_scale)
         if stats is not None:
             on_span = (cf != 0) & mask.bool()
@@ -510,7 +553,7 @@ class Trainer:
         t1 = time.perf_counter()
         groups = await self.rollout(step, mine, grouped)
         t2 = time.perf_counter()
-        upd = self.update(build_batch(groups, grouped, cfg.credit, cf=s.cf))
+        upd = self.update(build_batch(groups, grouped, cfg.credit, cf=s.cf, alternative=self.policy.alternative))
         t3 = time.perf_counter()
         if self.dist.world > 1:  # every process's groups, in task order
             groups, grouped = self.dist.gather(groups), self.dist.gather(grouped)

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from lemon.train.generation import Completion, chat_prompt_ids, generate, score_completions
+from lemon.train.token_spans import first_divergence
 
 
 class PolicyHandle(Protocol):
@@ -29,6 +30,10 @@ class PolicyHandle(Protocol):
                seed: int) -> list[Completion]: ...
 
     def save(self, target: Path) -> None: ...
+
+    def alternative(self, completion: Completion, start: int, end: int, replacement: str) -> tuple[int, int] | None:
+        """(position, token id) where `completion` with text[start:end] replaced first differs from it."""
+        ...
 
 
 @dataclass
@@ -51,6 +56,13 @@ class HFPolicy:
         return generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
                         temperature=temperature, seed=seed, batch_size=max(8, min(len(prompts), 32)),
                         synced_gpus=self.synced_gpus, share_prompt=True)
+
+    def alternative(self, completion: Completion, start: int, end: int, replacement: str) -> tuple[int, int] | None:
+        def tokenize(text: str) -> list[int]:
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+        return first_divergence(completion.ids, completion.offsets, completion.text, start, end, replacement,
+                                tokenize)
 
     def save(self, target: Path) -> None:
         self.model.save_pretrained(str(target), safe_serialization=True)

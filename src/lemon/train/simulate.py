@@ -180,6 +180,13 @@ class SlotPolicy:
             out.append(Completion(list(prompt), ids, "".join(pieces), offsets, stopped=True))
         return out
 
+    def alternative(self, completion: Completion, start: int, end: int, replacement: str) -> tuple[int, int] | None:
+        """One token per field: the edit writes `replacement`'s token at the field's position."""
+        k = next((i for i, (a, b) in enumerate(completion.offsets) if a == start and b > a), None)
+        if k is None or replacement not in self.vocab or completion.text[start:end] == replacement:
+            return None
+        return k, self.vocab.index(replacement)
+
     def choice_probs(self) -> dict[str, dict[str, float]]:
         """The policy's distribution per field (what the benchmark reports)."""
         with torch.no_grad():
@@ -228,7 +235,7 @@ def best_success(success: Mapping[str, float] = CALIBRATED_SUCCESS) -> float:
 def simulated_trainer(*, seed: int, cf: bool, lr: float = 0.05, tasks_per_step: int = 4, group_size: int = 4,
                       n_tasks: int = 32, cf_budget: float | None = 0.2,
                       families: Sequence[str] | None = None, confidence_discount: bool = False,
-                      success: Mapping[str, float] = CALIBRATED_SUCCESS) -> Any:
+                      cf_form: str = "span", success: Mapping[str, float] = CALIBRATED_SUCCESS) -> Any:
     """The real `grpo.Trainer` on the simulated pool and the slot policy (no run directory, no KL)."""
     from lemon.spec.roles import RoleLibrary
     from lemon.train.config import TrainConfig
@@ -240,7 +247,7 @@ def simulated_trainer(*, seed: int, cf: bool, lr: float = 0.05, tasks_per_step: 
         sampler_cfg["families"] = tuple(families)
     cfg = TrainConfig.model_validate({
         "sampler": sampler_cfg,
-        "credit": {"kl_beta": 0.0, "cf_budget": cf_budget},
+        "credit": {"kl_beta": 0.0, "cf_budget": cf_budget, "cf_form": cf_form},
         "group": {"group_size": group_size},
         "rollout": {"tasks_per_step": tasks_per_step, "temperature": 1.0},
         "optim": {"lr": lr, "micro_batch": 64},

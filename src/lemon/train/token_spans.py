@@ -7,7 +7,7 @@ leaving it out would give part of the field no credit at all.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 _REPLACEMENT = "\ufffd"
@@ -76,3 +76,38 @@ def offsets_from_token_ids(tokenizer: Any, token_ids: Sequence[int]) -> tuple[st
         prev = end
     text = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
     return text, offsets
+
+
+def edit_window(text: str, start: int, end: int, kind: str, replacement: str) -> tuple[int, int, str]:
+    """The characters a counterfactual edit rewrites in the canonical text, and what it writes there.
+
+    A capacity or a duty is replaced in place; a deleted edge also takes its ", " separator with it, so the
+    edited text is what the canonical rendering of the edited spec reads (`[a, b]` minus b is `[a]`).
+    """
+    if kind != "edge":
+        return start, end, replacement
+    if text[max(0, start - 2):start] == ", ":
+        return start - 2, end, ""
+    if text[end:end + 2] == ", ":
+        return start, end + 2, ""
+    return start, end, ""
+
+
+def first_divergence(ids: Sequence[int], offsets: Sequence[tuple[int, int]], text: str, start: int, end: int,
+                     replacement: str, tokenize: Callable[[str], Sequence[int]]) -> tuple[int, int] | None:
+    """(completion position, token id) where the completion and its edit (text[start:end] -> replacement)
+    first differ: everything before is shared, so that token carries the choice between the two values.
+
+    The edit is tokenised from the start of the first token it touches (BPE merges do not cross a token the
+    two texts share); None when no token differs (e.g. an edit that does not change the text).
+    """
+    k = next((i for i, (_, b) in enumerate(offsets) if b > start), None)
+    if k is None or text[start:end] == replacement:
+        return None
+    edited = text[:start] + replacement + text[end:]
+    base = offsets[k][0]
+    window = edited[base:start + len(replacement) + 16]  # past the change, so its last token is complete
+    for j, (written, edit) in enumerate(zip(ids[k:], tokenize(window), strict=False)):
+        if written != edit:
+            return k + j, int(edit)
+    return None
