@@ -295,7 +295,8 @@ def test_update_reports_the_probability_of_the_credited_tokens() -> None:
 
     policy = SlotPolicy.create()
     (comp,) = policy.sample([[0]], max_new_tokens=32, temperature=1.0, seed=0)
-    lp, _, _ = score_completions(policy.model, [comp.prompt_ids], [comp.ids], 0)
+    with torch.no_grad():
+        lp, _, _ = score_completions(policy.model, [comp.prompt_ids], [comp.ids], 0)
     span = [i for i in range(len(comp.ids)) if float(lp[0, i]) < -1e-3][:2]  # two tokens the policy chose
     expected = float(torch.exp(lp[0, span]).mean())
     batch = StepBatch([comp.prompt_ids], [comp.ids], [0.5], [[CounterfactualTerm(span, delta=1.0)]])
