@@ -366,6 +366,7 @@ def policy_update(model: Any, batch: StepBatch, optimizer: Any, cfg: TrainConfig
              "weight_change": 0.0, "cf_span_p": 0.0, "cf_span_tokens": 0.0}
     signal, n_tokens = dist.all_sum([float(batch.has_signal()), float(sum(len(c) for c in batch.completions))])
     if signal == 0 or n_tokens == 0:
+        del stats["cf_span_p"]
         return stats
     params = _trainable(model)
     before = [p.detach().clone() for p in params]
@@ -385,7 +386,10 @@ def policy_update(model: Any, batch: StepBatch, optimizer: Any, cfg: TrainConfig
         stats[key] = total
     # Mean probability of the credited tokens: the counterfactual gradient on a token is A * (onehot - p),
     # so a span the policy already writes with p ~ 1 cannot move, whatever its Δ (issue 10's CPU run).
-    stats["cf_span_p"] /= max(stats["cf_span_tokens"], 1.0)
+    if stats["cf_span_tokens"]:
+        stats["cf_span_p"] /= stats["cf_span_tokens"]
+    else:  # no span credit this step: no probability to report (a 0 would read as "credit had all the room")
+        del stats["cf_span_p"]
     stats["weight_change"] = _relative_change(before, [p.detach() for p in params])
     stats["updated"] = 1.0
     return stats
