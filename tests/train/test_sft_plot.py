@@ -87,3 +87,17 @@ def test_the_plot_has_a_curve_for_every_edit_family() -> None:
 
     keys = {k for _, ks in PANELS for k in ks}
     assert {f"family_prob/{f}" for f in FAMILIES} | {f"cf_delta_mean/{f}" for f in FAMILIES} <= keys
+
+
+def test_a_mean_over_zero_counted_tokens_is_no_point(tmp_path: Path) -> None:
+    """cf_span_p is a mean over cf_span_tokens: a run whose steps had none gets no panel, not a line at 0."""
+    run = tmp_path / "pairwise"
+    run.mkdir()
+    rows = [{"step": s, "reward_mean": 0.1 * s, "cf_span_p": 0.0, "cf_span_tokens": 0} for s in (1, 2)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    titles = [ax.get_title() for ax in draw_runs([run]).axes]
+    assert not any("credited tokens" in t for t in titles) and any(t.startswith("reward") for t in titles)
+    rows[1].update(cf_span_p=0.99, cf_span_tokens=4)
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    titles = [ax.get_title() for ax in draw_runs([run]).axes]
+    assert any("credited tokens" in t for t in titles)

@@ -24,6 +24,18 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+#: Metrics that are means over a count logged beside them: a row whose count is 0 has no value (runs written
+#: before `cf_span_p` was dropped on such steps logged 0.0 there).
+MEAN_OVER: dict[str, str] = {"cf_span_p": "cf_span_tokens"}
+
+
+def _value(row: dict[str, Any], key: str) -> float:
+    count = MEAN_OVER.get(key)
+    if count is not None and not row.get(count):
+        return float("nan")
+    return float(row.get(key, float("nan")))
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The rows of `run_dir/metrics.jsonl` (or of the file itself), in step order."""
     path = run_dir / "metrics.jsonl" if run_dir.is_dir() else run_dir
@@ -82,7 +94,8 @@ def draw_runs(run_dirs: Sequence[Path], *, smooth: int = 1) -> Any:
         raise LemonError("lemon plot needs at least one run directory")
     runs = [(_run_label(d), read_metrics(d)) for d in run_dirs]
     all_rows = [r for _, rows in runs for r in rows]
-    panels = [(t, [k for k in keys if any(k in r for r in all_rows)]) for t, keys in PANELS]
+    panels = [(t, [k for k in keys if any(k in r and _value(r, k) == _value(r, k) for r in all_rows)])
+              for t, keys in PANELS]
     panels = [(t, ks) for t, ks in panels if ks]
     cols = 2
     nrows = (len(panels) + cols - 1) // cols
@@ -92,7 +105,7 @@ def draw_runs(run_dirs: Sequence[Path], *, smooth: int = 1) -> Any:
         for r_index, (name, rows) in enumerate(runs):
             steps = [r["step"] for r in rows]
             for k_index, k in enumerate(keys):
-                ys = [float(r.get(k, float("nan"))) for r in rows]
+                ys = [_value(r, k) for r in rows]
                 label = k.split("/")[-1] if "/" in k else k
                 style: dict[str, Any] = {"color": colours[k_index % len(colours)]}
                 if len(runs) > 1:
