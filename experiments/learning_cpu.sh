@@ -2,17 +2,19 @@
 # Issue 10's learning experiment on the 2-core CPU (results: docs/results.md, "Learning on the CPU").
 #   1. SFT warm start with the LIBRARY teacher: one team per GSM8K-train task drawn uniformly from the
 #      default team and the fixed baselines at every level (format + a uniform prior; no model call).
-#   2. GRPO + counterfactual credit and GRPO global-only from that policy, same tasks, seeds and steps, on
-#      the MultiArith TRAIN split with the real `cpu` pool (config: experiments/learning_cpu.yaml; worker
-#      seeds per task, so a team written again is an LLM-cache hit and both arms see the same worker draws).
+#   2. GRPO + counterfactual credit (cf: the span term; cf-pairwise: --cf-form pairwise) and GRPO global-only
+#      from that policy, same tasks, seeds and steps, on the MultiArith TRAIN split with the real `cpu` pool
+#      (config: experiments/learning_cpu.yaml; worker seeds per task, so a team written again is an LLM-cache
+#      hit and the arms see the same worker draws).
 #   3. Held-out evaluation on the first LIMIT MultiArith TEST items x SEEDS seeds, the same for every method:
-#      trained (+CF), trained (global), SFT-only, one agent (vanilla, cot) at every level, then the costlier
+#      the trained arms, SFT-only, one agent (vanilla, cot) at every level, then the costlier
 #      comparisons (default team, sc-cot, prompted, multi-agent baselines at large) while time allows.
 #   4. lemon report: accuracy mean +- std, worker tokens per item, exact McNemar tests, the plots.
 # Every stage resumes (SFT is skipped once sft.json exists, training continues from its last checkpoint,
 # evaluation from the store). Train and test are disjoint by construction (train vs test splits).
 # Usage: LEMON_DATA_DIR=../shared/data [STEPS=10] [TASKS=24] [LIMIT=60] [SEEDS=2] [STAGES="sft train eval report"]
-#        [ARMS="cf global cf-discount cf-pairwise"] [METHODS="cf sft cot@large ..."] [EXTRA="prompted sc-cot@large ..."]
+#        [ARMS="cf global cf-pairwise cf-discount"] [METHODS="cf-pairwise sft cot@large ..."]
+#        [EXTRA="prompted sc-cot@large ..."]
 #        bash experiments/learning_cpu.sh [RUNS_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -42,7 +44,7 @@ train_arm() {  # $1 = cf | global | cf-discount (the family sampler's confidence
     --config "$here/learning_cpu.yaml" --steps "$steps" --save-every 5 --seed 0 "${flags[@]}" "${resume[@]}"
 }
 if has train; then
-  for arm in ${ARMS:-cf global}; do
+  for arm in ${ARMS:-cf global cf-pairwise}; do
     [ -d "$runs/$arm/final" ] || train_arm "$arm"
   done
   trained=(); for arm in cf global cf-discount cf-pairwise; do [ -d "$runs/$arm/final" ] && trained+=("$runs/$arm"); done
@@ -50,11 +52,12 @@ if has train; then
 fi
 
 cf="trained:$runs/cf/final"; global="trained:$runs/global/final"; sft="trained:$runs/sft/model"
+pairwise="trained:$runs/cf-pairwise/final"
 common=(multiarith --limit "$limit" --seeds "$seeds" --pool cpu --max-tokens 256 --store "$store")
 # Evaluation order (METHODS, then EXTRA): cf / global / cf-discount / cf-pairwise / sft name the trained policies,
 # METHOD@LEVEL a fixed baseline at one level. With 2 cores the whole list takes hours; put what a comparison
 # needs first.
-methods="${METHODS:-cf global sft cot@large vanilla@large cot@medium vanilla@medium cot@small vanilla@small}"
+methods="${METHODS:-cf-pairwise cf global sft cot@large vanilla@large cot@medium vanilla@medium cot@small vanilla@small}"
 if has eval; then
   for entry in $methods ${EXTRA:-}; do  # e.g. EXTRA="template prompted sc-cot@large chain@large"
     method="${entry%@*}"; level=(); [ "$method" != "$entry" ] && level=(--level "${entry#*@}")
@@ -66,5 +69,6 @@ fi
 
 if has report; then
   lemon report --store "$store" --out "$runs/report.md" --plot "$runs/accuracy-vs-tokens.png" \
-    --compare "$cf,$global" --compare "$cf,$sft" --compare "$global,$sft" --compare "$cf,best"
+    --compare "$cf,$global" --compare "$cf,$sft" --compare "$global,$sft" --compare "$cf,best" \
+    --compare "$pairwise,$global" --compare "$pairwise,$sft" --compare "$pairwise,prompted"
 fi
