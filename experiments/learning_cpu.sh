@@ -70,5 +70,5 @@ fi
 if has report; then
   lemon report --store "$store" --out "$runs/report.md" --plot "$runs/accuracy-vs-tokens.png" \
     --compare "$cf,$global" --compare "$cf,$sft" --compare "$global,$sft" --compare "$cf,best" \
-    --compare "$pairwise,$global" --compare "$pairwise,$sft" --compare "$pairwise,prompted"
+    --compare "$pairwise,$global" --compare "$pairwise,$sft" --compare "$pairwise,best"
 fi
