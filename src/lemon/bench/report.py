@@ -195,18 +195,21 @@ class Report:
 # ---- the accuracy-tokens front ---------------------------------------------------------------------------
 
 
+def _same_pairs(s: RunStats) -> tuple[object, ...]:
+    """What two runs must share to be compared: benchmark, split, pool, items and seeds."""
+    return s.run.benchmark, s.run.split, s.run.pool, s.n_items, s.seeds
+
+
 def dominated_by(stats: Sequence[RunStats]) -> dict[str, tuple[RunStats, ...]]:
     """For every COMPLETE run, the complete runs that are both more accurate and cheaper in worker tokens.
 
     Runs are compared only on the same benchmark, split, pool, items and seeds (a run on other items is not
     evidence). A run with no dominating run is on the accuracy-tokens front; partial runs are left out.
     """
-    def key(s: RunStats) -> tuple[object, ...]:
-        return s.run.benchmark, s.run.split, s.run.pool, s.n_items, s.seeds
-
     done = [s for s in stats if s.complete and not math.isnan(s.accuracy_mean)]
-    return {s.run.run_id: tuple(q for q in done if key(q) == key(s) and q.accuracy_mean > s.accuracy_mean
-                                and q.tokens_mean < s.tokens_mean) for s in done}
+    return {s.run.run_id: tuple(q for q in done if _same_pairs(q) == _same_pairs(s)
+                                and q.accuracy_mean > s.accuracy_mean and q.tokens_mean < s.tokens_mean)
+            for s in done}
 
 
 def _render_front(stats: Sequence[RunStats]) -> list[str]:
@@ -214,12 +217,12 @@ def _render_front(stats: Sequence[RunStats]) -> list[str]:
     beaten = dominated_by(stats)
     groups: dict[tuple[object, ...], list[RunStats]] = {}
     for s in (s for s in stats if s.run.run_id in beaten):
-        groups.setdefault((s.run.split, s.run.pool, s.n_items, len(s.seeds)), []).append(s)
+        groups.setdefault(_same_pairs(s), []).append(s)
     lines: list[str] = []
-    for (split, pool, n, seeds), group in groups.items():
+    for (_, split, pool, n, seeds), group in groups.items():
         if len(group) < 2:
             continue
-        lines += ["", f"### Accuracy-tokens front ({split}, pool {pool}, {n} items x {seeds} seeds)", "",
+        lines += ["", f"### Accuracy-tokens front ({split}, pool {pool}, {n} items x {len(seeds)} seeds)", "",
                   "A run is off the front when another run on the same items and seeds is both more accurate "
                   "and cheaper in worker tokens (point estimates; the paired tests say which gaps are noise).",
                   "", "| method | level | accuracy (%) | worker tokens / item | front |", "|---|---|---|---:|---|"]

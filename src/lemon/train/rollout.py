@@ -309,9 +309,9 @@ def _edit_options(s: Sample, allowed: Sequence[str], levels: Sequence[str],
 
 def field_value(spec: Spec, ref: FieldRef) -> str | None:
     """What `ref` holds in `spec`: a level, a duty, or "edge"; None when the agent (or the edge) is absent."""
-    agent = next((a for a in spec.agents if a.name == ref.agent), None)
-    if agent is None:
+    if ref.agent not in spec.names:
         return None
+    agent = spec.agent(ref.agent)
     if ref.kind == "capacity":
         return agent.capacity
     if ref.kind == "duty":
@@ -377,11 +377,6 @@ def plan_counterfactuals(state: GroupState, executor: Executor, *, roles: RoleLi
     return state.plans
 
 
-def _edited_value(plan: PlannedEdit) -> str:
-    """What the edited field holds in the edited spec (a capacity's new level; empty for a duty or an edge)."""
-    return plan.edited.agent(plan.field.agent).capacity if plan.field.kind == "capacity" else ""
-
-
 async def run_counterfactuals(state: GroupState, executor: Executor,
                               settings: RolloutSettings) -> list[tuple[PlannedEdit, float]]:
     """Phase 3: execute the planned edits through the group's node cache; record Δ on each sample."""
@@ -395,7 +390,7 @@ async def run_counterfactuals(state: GroupState, executor: Executor,
                               char_end=plan.char_end, delta=delta, edited_reward=edited_reward.total,
                               spent_tokens=sum(r.spent_tokens for r in runs), estimated_tokens=plan.estimated_tokens,
                               cache_hits=sum(r.cache_hits for r in runs), calls=sum(r.calls for r in runs),
-                              edited_value=_edited_value(plan), room=plan.room)
+                              edited_value=field_value(plan.edited, plan.field) or "", room=plan.room)
         deltas.append((plan, delta))
     return deltas
 
