@@ -18,10 +18,12 @@ from lemon.bench.evaluate import default_split
 LIMIT = 12
 
 
-def scripted_pool_yaml(path: Path, latency_s: float) -> Path:
-    """A pool whose levels are the scripted test double (no model weights), slow enough to kill mid-run."""
+def scripted_pool_yaml(path: Path, latency_s: float, hold: str = "") -> Path:
+    """A pool whose levels are the scripted test double (no model weights), slow enough to kill mid-run.
+    `hold` (e.g. "hold_file: /x, hold_after_calls: 2") makes calls wait while a file exists."""
+    extra = f", {hold}" if hold else ""
     levels = "\n".join(f"  - {{name: {n}, backend: scripted, model: scripted-{n}, "
-                       f"latency_s: {latency_s}, concurrency: 4}}" for n in ("small", "medium", "large"))
+                       f"latency_s: {latency_s}, concurrency: 4{extra}}}" for n in ("small", "medium", "large"))
     head = "name: scripted-test\ndefaults: {temperature: 0.0, max_tokens: 32}\nlevels:\n"
     path.write_text(head + levels + "\n")
     return path
@@ -138,11 +140,14 @@ def _wait_for_rows(proc: subprocess.Popen[bytes], store: Path, n: int) -> None:
 
 
 def test_ctrl_c_says_the_run_is_saved_and_resumable(tmp_path: Path, data_dir: Path, _isolated_home: Path) -> None:
-    """Ctrl-C used to end `lemon eval` with exit 130 and not a word; now one line says what is kept."""
-    store = tmp_path / "results.sqlite"
-    # 20 items x 0.5 s: Ctrl-C, sent once 2 rows are stored, lands mid-run even on a loaded machine (8 x 0.3 s
-    # once finished before the signal arrived when the polling lagged, and the run exited 0).
-    pool = scripted_pool_yaml(tmp_path / "pool.yaml", latency_s=0.5)
+    """Ctrl-C used to end `lemon eval` with exit 130 and not a word; now one line says what is kept.
+
+    Deterministic: after 2 calls the scripted workers wait while `hold` exists, so the run cannot finish
+    before the interrupt (it did on a loaded machine when the test waited for time)."""
+    store, hold = tmp_path / "results.sqlite", tmp_path / "hold"
+    hold.touch()
+    pool = scripted_pool_yaml(tmp_path / "pool.yaml", latency_s=0.0,
+                              hold=f"hold_file: '{hold}', hold_after_calls: 2")
     cmd = _cli("eval", "multiarith", "--method", "vanilla", "--pool", str(pool), "--level", "small",
                "--limit", "20", "--store", str(store), "--data-dir", str(data_dir), "--concurrency", "1")
     proc = subprocess.Popen(cmd, env=_env(_isolated_home), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -160,8 +165,11 @@ def test_ctrl_c_says_the_run_is_saved_and_resumable(tmp_path: Path, data_dir: Pa
                     "resume"], stderr[-2000:]
     assert "Traceback" not in stderr and "Aborted" not in stderr
     kept = len(_rows(store))
+    assert kept == 2
+    hold.unlink()
     done = subprocess.run(cmd, env=_env(_isolated_home), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and f"resumed {kept}" in done.stdout, done.stderr[-2000:]
+    assert len(_rows(store)) == 20
 
 
 def test_a_larger_limit_extends_the_run(tmp_path: Path, data_dir: Path, _isolated_home: Path) -> None:

@@ -182,16 +182,25 @@ def test_an_expired_lease_or_a_dead_holder_frees_the_claim(tmp_path: Path) -> No
 
 def test_two_eval_processes_on_one_store_share_the_work(tmp_path: Path, data_dir: Path,
                                                         _isolated_home: Path) -> None:
-    """Old behaviour: both processes computed every item (computed 12 + 12)."""
+    """Old behaviour: both processes computed every item (computed 12 + 12).
+
+    Deterministic: the workers hold every call while `hold` exists; it is removed only once both processes
+    hold a claim, so neither can finish the run alone (on a loaded machine the second one used to start late)."""
     from tests.bench.test_cli import scripted_pool_yaml
 
-    pool = scripted_pool_yaml(tmp_path / "pool.yaml", latency_s=0.6)  # ~4 s a process: both start in time
+    hold = tmp_path / "hold"
+    hold.touch()
+    pool = scripted_pool_yaml(tmp_path / "pool.yaml", latency_s=0.05, hold=f"hold_file: '{hold}'")
     store = tmp_path / "shared.sqlite"
     cmd = [sys.executable, "-m", "lemon.cli.main", "eval", "multiarith", "--method", "cot", "--limit", "12",
            "--pool", str(pool), "--store", str(store), "--concurrency", "2", "--data-dir", str(data_dir)]
     env = {**os.environ, "LEMON_HOME": str(_isolated_home), "COLUMNS": "200"}
     procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
+    try:
+        _wait_for_claim_owners(store, 2, procs)
+    finally:
+        hold.unlink()
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [o[1][-1500:] for o in outs]
     computed = [int(re.search(r"computed (\d+)", out).group(1)) for out, _ in outs]  # type: ignore[union-attr]
@@ -200,3 +209,80 @@ def test_two_eval_processes_on_one_store_share_the_work(tmp_path: Path, data_dir
         (run,) = db.runs()
         assert db.count(run.run_id) == 12
         assert db._db.execute("SELECT COUNT(*) FROM claims").fetchone()[0] == 0  # all released or stored
+
+
+def _wait_for_claim_owners(store: Path, n: int, procs: list[subprocess.Popen[str]]) -> None:
+    """Until `n` distinct processes hold claims on `store` (each is then computing an item)."""
+    deadline = time.monotonic() + 120
+    while True:
+        owners: set[str] = set()
+        if store.exists():
+            db = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=5)
+            try:
+                owners = {r[0] for r in db.execute("SELECT owner FROM claims")}
+            except sqlite3.OperationalError:
+                pass  # the schema is not written yet
+            finally:
+                db.close()
+        if len(owners) >= n:
+            return
+        assert all(p.poll() is None for p in procs), [p.communicate()[1][-1500:] for p in procs]
+        assert time.monotonic() < deadline, f"{len(owners)} of {n} processes claimed work within 120 s"
+        time.sleep(0.05)
+
+
+# Each child opens a new store per round at the same instant as its siblings (a file barrier), writes one row
+# and says "ok" or the one-line error; the parent releases a round only when all children are waiting on it.
+_OPENER = """
+import sys, time
+from pathlib import Path
+from lemon.bench.store import ItemRow, ResultsStore
+from lemon.errors import StorageError
+folder, me, rounds = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+for r in range(rounds):
+    (folder / f"ready-{r}-{me}").touch()
+    while not (folder / f"go-{r}").exists():
+        time.sleep(0.0005)
+    try:
+        with ResultsStore(folder / f"store-{r}.sqlite") as store:
+            store.ensure_run("r", benchmark="b", split="s", method="m", pool="p", level="l", seeds=1,
+                             n_items=1, config={})
+            store.put("r", ItemRow(item_id=me, seed=0, prediction="1", gold="1", correct=True, tokens={},
+                                   total_tokens=1, latency_s=0.0, trace_id="t", status="ok"))
+        print(f"{r} ok", flush=True)
+    except StorageError as exc:
+        print(f"{r} error {exc}", flush=True)
+"""
+
+
+def _cpu_burners(n: int) -> list[subprocess.Popen[bytes]]:
+    """Busy processes that end by themselves (60 s) if the test dies before it kills them."""
+    code = "import time\nend = time.time() + 60\nwhile time.time() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+
+
+def test_four_processes_starting_at_once_on_a_new_store_never_see_locked(tmp_path: Path) -> None:
+    """Old behaviour: "database is locked" at open (the WAL switch and schema creation raced) under load."""
+    rounds, n = 20, 4
+    burners = _cpu_burners(2)
+    procs = [subprocess.Popen([sys.executable, "-c", _OPENER, str(tmp_path), str(i), str(rounds)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
+    try:
+        for r in range(rounds):
+            deadline = time.monotonic() + 60
+            while len(list(tmp_path.glob(f"ready-{r}-*"))) < n:
+                assert all(p.poll() is None for p in procs), [p.communicate()[1][-800:] for p in procs]
+                assert time.monotonic() < deadline, f"round {r}: children not ready within 60 s"
+                time.sleep(0.001)
+            (tmp_path / f"go-{r}").touch()
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in [*procs, *burners]:
+            if p.poll() is None:
+                p.kill()
+    lines = [line for out, _ in outs for line in out.splitlines()]
+    assert len(lines) == rounds * n and all(line.endswith(" ok") for line in lines), \
+        [line for line in lines if not line.endswith(" ok")][:5] or [err[-800:] for _, err in outs]
+    for r in range(rounds):
+        with ResultsStore(tmp_path / f"store-{r}.sqlite") as store:
+            assert store.count("r") == n

@@ -57,6 +57,8 @@ class LevelConfig(BaseModel):
     extensions: bool = True
     # scripted (test double)
     latency_s: float = Field(default=0.0, ge=0, le=3_600)
+    hold_file: str | None = Field(default=None, max_length=4096)  # see ScriptedBackend
+    hold_after_calls: int = Field(default=0, ge=0)
 
     @field_validator("base_url")
     @classmethod
@@ -182,7 +184,8 @@ def _make_backend(lv: LevelConfig) -> Backend:
                              extensions=lv.extensions)
     from lemon.llm.scripted import ScriptedBackend
 
-    return ScriptedBackend(lv.model, latency_s=lv.latency_s)
+    return ScriptedBackend(lv.model, latency_s=lv.latency_s, hold_file=lv.hold_file,
+                           hold_after_calls=lv.hold_after_calls)
 
 
 def load_pool(name_or_path: str, *, cache: bool = True, cache_path: Path | None = None) -> Pool:
@@ -192,7 +195,7 @@ def load_pool(name_or_path: str, *, cache: bool = True, cache_path: Path | None 
     shared: dict[tuple[Any, ...], Backend] = {}
     levels: list[Level] = []
     for lv in cfg.levels:
-        key = (lv.backend, lv.model, lv.base_url, lv.n_ctx, lv.n_threads, lv.latency_s)
+        key = (lv.backend, lv.model, lv.base_url, lv.n_ctx, lv.n_threads, lv.latency_s, lv.hold_file)
         if key not in shared:
             backend = _make_backend(lv)
             shared[key] = CachedBackend(backend, sqlite) if sqlite is not None else backend

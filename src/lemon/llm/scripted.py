@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from lemon.llm.base import ChatRequest, Completion, Message
 
@@ -39,9 +40,14 @@ class ScriptedBackend:
         latency_s: float = 0.0,
         responder: Responder | None = None,
         max_concurrency: int | None = None,
+        hold_file: str | None = None,
+        hold_after_calls: int = 0,
     ) -> None:
         self._model_id = model_id
         self.latency_s = latency_s
+        # Tests that must interrupt a run mid-way wait for a state, not for time: after `hold_after_calls`
+        # calls, a call waits while `hold_file` exists, so the run cannot finish before the test acts.
+        self._hold = (Path(hold_file), hold_after_calls) if hold_file else None
         self._responder = responder
         self._sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         self.calls: list[ChatRequest] = []
@@ -59,6 +65,9 @@ class ScriptedBackend:
     async def _complete(self, request: ChatRequest) -> Completion:
         start = time.perf_counter()
         self.calls.append(request)
+        if self._hold is not None and len(self.calls) > self._hold[1]:
+            while self._hold[0].exists():
+                await asyncio.sleep(0.02)
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
         text = self._responder(request) if self._responder else _default_reply(self._model_id, request)
