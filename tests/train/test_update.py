@@ -307,3 +307,27 @@ def test_update_reports_the_probability_of_the_credited_tokens() -> None:
     plain = policy_update(policy.model, _batch(policy, 1.0), torch.optim.SGD(policy.model.parameters(), lr=0.1),
                           _cfg(kl_beta=0.0), 0)
     assert plain["cf_span_tokens"] == 0 and "cf_span_p" not in plain
+
+
+def test_checkpointing_with_lora_and_kl_never_shares_prompts_over_several_micro_batches() -> None:
+    """Issue 25: the prompt-sharing flag was reused as the micro-batch's token weight (a float), so from the
+    second micro-batch shared-prompt scoring came back on under gradient checkpointing, where transformers
+    drops the key/value cache (AttributeError ... batch_repeat_interleave). 3 micro-batches, LoRA, KL: the
+    step must run and equal the step taken without checkpointing."""
+    from lemon.train.grpo import enable_checkpointing
+
+    batch = StepBatch([[1, 2, 3]] * 2 + [[4, 5]] * 2 + [[6, 7, 8]] * 2,
+                      [[9, 10, 11], [12], [13, 14], [15, 16, 17], [18, 19], [20]],
+                      [1.0, -0.5, 0.3, -0.3, 0.8, -0.8], [[]] * 6)
+    results = []
+    for checkpointing in (False, True):
+        model = _tiny_lora_llama()
+        if checkpointing:
+            enable_checkpointing(model)
+        cfg = TrainConfig.model_validate({"credit": {"kl_beta": 0.1}, "optim": {
+            "lr": 0.5, "micro_batch": 2, "gradient_checkpointing": checkpointing, "share_prompt": True}})
+        stats = policy_update(model, batch, torch.optim.SGD(model.parameters(), lr=0.5), cfg, 0,
+                              Reference(model, None))
+        assert stats["updated"] == 1.0 and stats["kl"] >= 0.0
+        results.append([p.detach().clone() for p in model.parameters()])
+    assert max(float((a - b).abs().max()) for a, b in zip(*results, strict=True)) < 1e-5

@@ -274,7 +274,7 @@ def _accumulate(model: Any, batch: StepBatch, cfg: TrainConfig, pad_id: int, ref
     micro-batch only. Epochs after the first score PPO's clipped ratio against the first epoch's log-probs.
     """
     temp = cfg.rollout.temperature
-    share = can_share_prompt(dist.unwrap(model), cfg)
+    share: bool = can_share_prompt(dist.unwrap(model), cfg)
     slices = micro_batches(batch.prompts, cfg.optim.micro_batch, by_prompt=share)
     dist.same_count(len(slices), "micro-batches")
     for k, sl in enumerate(slices):
@@ -293,11 +293,13 @@ def _accumulate(model: Any, batch: StepBatch, cfg: TrainConfig, pad_id: int, ref
             ref_lp = memo.ref.get(b)
             if first and cfg.optim.epochs > 1:
                 memo.old[b] = lp.detach()
-            share = mask.sum().item() / n_tokens  # token-mean over the whole batch, not per micro-batch
+            # This micro-batch's weight in the token mean over the whole batch (not `share`: reusing that
+            # name turned prompt sharing back on for the next micro-batch under gradient checkpointing).
+            weight = mask.sum().item() / n_tokens
             pg = policy_gradient_loss(lp, adv, mask, old_logprobs=None if first else memo.old[b],
                                       clip_eps=cfg.credit.clip_eps, ref_logprobs=ref_lp,
-                                      kl_beta=cfg.credit.kl_beta) * share
-            cfl = counterfactual_loss(lp, cf, mask) * share
+                                      kl_beta=cfg.credit.kl_beta) * weight
+            cfl = counterfactual_loss(lp, cf, mask) * weight
             if lp_pair is not None:
                 cfl = cfl + pairwise_field_loss(lp_pair, pairs) / n_tokens
             dist.backward((pg + cfl) * dist.loss_scale)
