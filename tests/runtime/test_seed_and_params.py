@@ -16,6 +16,7 @@ from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime.executor import derive_seed
 from lemon.seeds import stable_seed
+from lemon.spec.model import Spec
 from tests.pools import scripted_pool
 
 
@@ -65,3 +66,24 @@ def test_pool_params_equals_the_hand_merge_it_replaced(temperature: float | None
     if max_tokens is not None:
         base["max_tokens"] = max_tokens
     assert pool.params(temperature=temperature, max_tokens=max_tokens) == GenParams(**base)
+
+
+def _vote(n: int, level: str = "large", prefix: str = "cot_") -> Spec:
+    from lemon.spec.model import Agent
+
+    voters = tuple(Agent(name=f"{prefix}{i}", role="math_solver", duty="Think.", capacity=level) for i in range(n))
+    return Spec(agents=(*voters, Agent(name="vote", role="majority_vote", capacity=level,
+                                       depends_on=tuple(v.name for v in voters))), output="vote")
+
+
+def test_a_smaller_vote_draws_a_prefix_of_a_larger_vote_s_samples() -> None:
+    """The sample bank: the k-th agent of a role draws the same sample in every team (names do not matter)."""
+    from lemon.runtime.executor import Executor
+    from lemon.spec.roles import RoleLibrary
+
+    ex = Executor(_pool(GenParams(temperature=0.7)), RoleLibrary.load())
+    seeds = {n: [ex.request(a, "t", {}, spec, 5).params.seed for a in spec.agents[:n]]
+             for n, spec in ((3, _vote(3)), (5, _vote(5)))}
+    assert seeds[3] == seeds[5][:3] and len(set(seeds[5])) == 5
+    renamed = _vote(3, prefix="voter_")
+    assert [ex.request(a, "t", {}, renamed, 5).params.seed for a in renamed.agents[:3]] == seeds[3]

@@ -15,6 +15,7 @@ node-cache key, so a truncated answer is never served to a run that could afford
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -36,7 +37,8 @@ from lemon.runtime.budget import (
 from lemon.runtime.node_cache import NodeCache, NodeOutput
 from lemon.runtime.trace import Trace
 from lemon.seeds import stable_seed
-from lemon.spec.model import Agent, Spec
+from lemon.spec.model import Agent, Spec, StopRule
+from lemon.spec.render import render_stop
 from lemon.spec.roles import RoleLibrary
 from lemon.yamlfile import load_yaml
 
@@ -77,6 +79,8 @@ class RunResult:
     # off in flight (a stopped run may still be billed for it).
     charged_tokens: int = 0
     budget_scope: str | None = None  # for status budget_exceeded: which ledger ran out ("run", "eval", ...)
+    unrun: tuple[str, ...] = ()  # needed agents a stop rule made unnecessary (never started)
+    early_stops: tuple[dict[str, Any], ...] = ()  # each stop rule's decision (see `_record_early_stop`)
 
     @property
     def total_tokens(self) -> int:
@@ -93,8 +97,25 @@ class _Stop(Exception):
 
 
 def derive_seed(seed: int, agent: str) -> int:
-    """A per-agent sampling seed: same (run seed, agent name) -> same seed, across processes."""
+    """A per-agent sampling seed: same (run seed, agent slot) -> same seed, across processes."""
     return stable_seed(seed, agent)
+
+
+def sample_slot(spec: Spec, name: str) -> str:
+    """What an agent's sampling seed is derived from: its role and its rank among the spec's agents of that
+    role, in written order (`math_solver#2` is the third math solver).
+
+    Not its name, and not its duty or level: so the k-th sample of a role on a task is the same draw in every
+    team that has one (a 3-vote's voters are the first three of a 5-vote's, a stop rule's parents are a
+    prefix of the full vote's), which is what makes the LLM request cache a sample bank; and renaming an
+    agent, or an edit of another agent's duty, level or edges, never changes which sample an agent draws."""
+    agent = spec.agent(name)
+    rank = 0
+    for a in spec.agents:
+        if a.name == name:
+            break
+        rank += a.role == agent.role
+    return f"{agent.role}#{rank}"
 
 
 def required_agents(spec: Spec) -> frozenset[str]:
@@ -108,6 +129,43 @@ def required_agents(spec: Spec) -> frozenset[str]:
             out.add(cur)
             stack.extend(parents[cur])
     return frozenset(out)
+
+
+def eager_agents(spec: Spec, needed: frozenset[str]) -> frozenset[str]:
+    """The needed agents that run whatever a stop rule decides: the output's ancestors reached without going
+    through a stop rule's parents (those start only when the rule's agent asks for them)."""
+    out: set[str] = set()
+    stack = [spec.final_agent()]
+    while stack:
+        cur = stack.pop()
+        if cur in out or cur not in needed:
+            continue
+        out.add(cur)
+        agent = spec.agent(cur)
+        if agent.stop is None:
+            stack.extend(agent.depends_on)
+    return frozenset(out)
+
+
+def majority_probability(lead: int, runner_up: int) -> float:
+    """P(p_lead > p_runner_up) for the two most common answers under a uniform Beta prior (Adaptive-
+    Consistency's Beta criterion): P(X > 1/2) for X ~ Beta(lead + 1, runner_up + 1), computed exactly as a
+    binomial tail (for integer a, b: P(X <= 1/2) = P(Bin(a + b - 1, 1/2) >= a))."""
+    a, b = lead + 1, runner_up + 1
+    n = a + b - 1
+    tail = sum(math.comb(n, j) for j in range(a, n + 1)) / 2 ** n
+    return 1.0 - tail
+
+
+def stop_rule_fires(rule: StopRule, keys: list[str | None]) -> bool:
+    """Whether `rule` is satisfied by the answers (vote keys) of the parents run so far."""
+    counts = sorted(Counter(k for k in keys if k).values(), reverse=True)
+    if not counts:
+        return False
+    if rule.agree is not None:
+        return counts[0] >= rule.agree
+    assert rule.confidence is not None
+    return majority_probability(counts[0], counts[1] if len(counts) > 1 else 0) >= rule.confidence
 
 
 def majority_vote(texts: list[str], key: VoteKey | None) -> str:
@@ -156,7 +214,8 @@ class Executor:
 
     def request(self, agent: Agent, task: str, parents: Mapping[str, str], spec: Spec, seed: int) -> ChatRequest:
         params = self.params
-        params = replace(params, seed=derive_seed(seed, agent.name) if params.temperature > 0 else None)
+        slot = sample_slot(spec, agent.name)
+        params = replace(params, seed=derive_seed(seed, slot) if params.temperature > 0 else None)
         return ChatRequest(self.messages(agent, task, parents, spec), params)
 
     async def run(self, spec: Spec, task: str, *, seed: int = 0, vote_key: VoteKey | None = None,
@@ -195,6 +254,10 @@ class _Run:
     calls: int = 0
     hits: int = 0
     llm_hits: int = 0
+    early_stops: list[dict[str, Any]] = field(default_factory=list)
+    _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _tg: asyncio.TaskGroup = field(init=False)
+    _decision: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.trace = Trace(task_id=self.task_id, task=self.task)
@@ -222,6 +285,9 @@ class _Run:
         for name in skipped:
             self._emit("despawn", name, reason="not an ancestor of the output agent; not run")
         status, reason = await self._run_agents(needed, decision)
+        unrun = tuple(a.name for a in spec.agents if a.name in needed and a.name not in self._tasks)
+        for name in unrun if status == "ok" else ():
+            self._emit("despawn", name, reason="not run: a stop rule fired before it was needed")
         answer = self.outputs.get(output, "") if status == "ok" else ""
         if status == "ok":
             agg = self._emit("aggregate", output, **{"from": list(spec.agent(output).depends_on)})
@@ -240,22 +306,28 @@ class _Run:
                    "messages": messages, "calls": self.calls, "charged_tokens": self.ledgers[0].used}
         t.metrics = {"status": status, "node_cache_hits": self.hits, "llm_cache_hits": self.llm_hits,
                      "tokens_by_level": by_level, "skipped_agents": list(skipped),
-                     "tokens_by_agent": self.tokens}
+                     "tokens_by_agent": self.tokens, "unrun_agents": list(unrun),
+                     "early_stops": self.early_stops}
         t.contents = dict(self.outputs)
         return RunResult(answer=answer, status=status, stop_reason=reason, tokens_by_agent=self.tokens,
                          tokens_by_level=by_level, wall_s=wall, trace=t, outputs=dict(self.outputs),
                          calls=self.calls, cache_hits=self.hits, llm_cache_hits=self.llm_hits,
                          spent_tokens=self.spent_tokens, skipped=skipped, charged_tokens=self.ledgers[0].used,
-                         budget_scope=self.budget_scope)
+                         budget_scope=self.budget_scope, unrun=unrun, early_stops=tuple(self.early_stops))
 
     async def _run_agents(self, needed: frozenset[str], decision: dict[str, Any] | None) -> tuple[Status, str]:
-        """Run the needed agents, each as soon as its parents return; the first stop cancels the rest."""
-        tasks: dict[str, asyncio.Task[None]] = {}
+        """Run the needed agents, each as soon as its parents return; the first stop cancels the rest.
+
+        Agents needed only through a stop rule start when their voter asks for them (`_start`), so parents
+        the rule never reaches are never run."""
+        self._decision = decision
+        eager = eager_agents(self.spec, needed)
         try:
             async with asyncio.TaskGroup() as tg:
+                self._tg = tg
                 for a in self.spec.agents:  # validated specs may list a child before its parent: wait on futures
-                    if a.name in needed:
-                        tasks[a.name] = tg.create_task(self._agent(a, tasks, decision), name=a.name)
+                    if a.name in eager:
+                        self._start(a.name)
         except BaseExceptionGroup as group:
             stop, others = group.split(_Stop)
             if others is not None:
@@ -267,22 +339,64 @@ class _Run:
             return first.status, first.reason
         return "ok", "final answer"
 
-    async def _agent(self, agent: Agent, tasks: dict[str, asyncio.Task[None]],
-                     decision: dict[str, Any] | None) -> None:
-        for p in agent.depends_on:
-            await tasks[p]
+    def _start(self, name: str) -> asyncio.Task[None]:
+        """The task running agent `name`, created on first demand."""
+        if name not in self._tasks:
+            self._tasks[name] = self._tg.create_task(self._agent(self.spec.agent(name)), name=name)
+        return self._tasks[name]
+
+    async def _parents_of(self, agent: Agent) -> dict[str, str]:
+        """Every parent's output (a stop rule's voter asks for its parents in waves instead)."""
+        if agent.stop is not None:
+            return await self._parents_until_stop(agent, agent.stop)
+        for t in [self._start(p) for p in agent.depends_on]:
+            await t
+        return {p: self.outputs[p] for p in agent.depends_on}
+
+    async def _parents_until_stop(self, agent: Agent, rule: StopRule) -> dict[str, str]:
+        """Parents in written order, in waves, until `rule` fires on their answers or `max` have run."""
+        order = agent.depends_on[:rule.max or len(agent.depends_on)]
+        ran: list[str] = []
+        width = rule.first_wave
+        while len(ran) < len(order):
+            wave = order[len(ran):len(ran) + width]
+            for t in [self._start(p) for p in wave]:
+                await t
+            ran.extend(wave)
+            width = rule.wave
+            if stop_rule_fires(rule, [self._vote_key_of(self.outputs[p]) for p in ran]):
+                break
+        self._record_early_stop(agent, rule, tuple(ran))
+        return {p: self.outputs[p] for p in ran}
+
+    def _vote_key_of(self, text: str) -> str | None:
+        return self.vote_key(text) if self.vote_key else " ".join(text.split())
+
+    def _record_early_stop(self, agent: Agent, rule: StopRule, ran: tuple[str, ...]) -> None:
+        """The rule's decision as a `stop` event: the rule, the parents run and skipped, the tokens it saved
+        (estimated as the mean of the parents that ran, per skipped parent)."""
+        skipped = tuple(p for p in agent.depends_on if p not in ran)
+        per_parent = [self.tokens[p]["prompt"] + self.tokens[p]["completion"] for p in ran]
+        saved = round(sum(per_parent) / len(per_parent) * len(skipped)) if per_parent and skipped else 0
+        decision = {"agent": agent.name, "rule": render_stop(rule), "ran": list(ran), "skipped": list(skipped),
+                    "tokens_saved_estimate": saved}
+        self._emit("stop", agent.name, reason="stop_rule",
+                   **{k: v for k, v in decision.items() if k != "agent"})
+        self.early_stops.append(decision)
+
+    async def _agent(self, agent: Agent) -> None:
+        parents = await self._parents_of(agent)
         ex = self.ex
         role = ex.roles[agent.role]
         spawn = self._emit("spawn", agent.name, role=agent.role, capacity=agent.capacity, duty=agent.duty or None)
-        if decision is not None:
-            self.trace.edge(decision, spawn, "spawn")
-        for p in agent.depends_on:
+        if self._decision is not None:
+            self.trace.edge(self._decision, spawn, "spawn")
+        for p in parents:
             msg = self._emit("message", agent.name, **{"from": p, "to": agent.name, "content_ref": f"contents/{p}"})
             self.trace.edge(self.returns[p], msg, "message")
             self.trace.edge(msg, spawn, "causal")
-        parents = {p: self.outputs[p] for p in agent.depends_on}
         if role.kind == "vote":
-            text = majority_vote([parents[p] for p in agent.depends_on], self.vote_key)
+            text = majority_vote(list(parents.values()), self.vote_key)
             out, hit = NodeOutput(text, 0, 0, "vote"), False
         else:
             out, hit = await self._call(agent, parents)

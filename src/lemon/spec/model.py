@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 # Bounds. Changing one changes the JSON schema given to orchestrators; keep them in one place.
 MAX_AGENTS = 12
@@ -33,6 +33,42 @@ def _not_reserved(value: str) -> str:
 Name = Annotated[str, Field(pattern=NAME_PATTERN), AfterValidator(_not_reserved)]
 
 
+class StopRule(BaseModel):
+    """When an aggregating agent may stop asking its parents (adaptive self-consistency).
+
+    The parents run lazily, in written order: first `agree` of them (or 2 for `confidence`), then `wave` more
+    at a time, until the rule fires or `max` have run (default: all). `agree: k` fires once k parents gave
+    the same answer (Early-Stopping Self-Consistency's window rule); `confidence: c` fires once the leading
+    answer is the majority with posterior probability >= c under a uniform Beta prior (Adaptive-Consistency's
+    Beta criterion). Parents never run cost nothing: that is the point of the rule.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    agree: int | None = Field(default=None, ge=2, le=MAX_AGENTS - 1,
+                              description="stop once this many parents gave the same answer")
+    confidence: float | None = Field(default=None, ge=0.5, le=0.99,
+                                     description="stop once P(leading answer is the majority) >= this")
+    max: int | None = Field(default=None, ge=1, le=MAX_AGENTS - 1,
+                            description="run at most this many parents (default: all)")
+    wave: int = Field(default=1, ge=1, le=MAX_AGENTS - 1, description="parents started together after the first")
+
+    @model_validator(mode="after")
+    def _one_criterion(self) -> StopRule:
+        if (self.agree is None) == (self.confidence is None):
+            raise ValueError("give exactly one of agree (a count) or confidence (a probability)")
+        if self.confidence is not None and round(self.confidence, 2) != self.confidence:
+            raise ValueError("confidence has at most two decimals, e.g. 0.95")
+        if self.agree is not None and self.max is not None and self.agree > self.max:
+            raise ValueError(f"agree ({self.agree}) cannot exceed max ({self.max})")
+        return self
+
+    @property
+    def first_wave(self) -> int:
+        """Parents started before the rule is first checked: fewer could never fire it."""
+        return self.agree if self.agree is not None else 2
+
+
 class Agent(BaseModel):
     """One node of the DAG."""
 
@@ -45,6 +81,7 @@ class Agent(BaseModel):
     capacity: Name = Field(description="capacity level of the pool")
     depends_on: tuple[Name, ...] = Field(default=(), max_length=MAX_AGENTS - 1,
                                         description="names of agents whose outputs this agent reads")
+    stop: StopRule | None = Field(default=None, description="an aggregator's rule to stop running its parents")
 
 
 class Spec(BaseModel):

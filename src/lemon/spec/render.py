@@ -1,7 +1,7 @@
 """The canonical text of a spec, and where each editable field sits in it.
 
 Fixed key order and fixed quoting make the rendering a function of the spec alone, so the orchestrator is
-trained to write exactly this text and every editable field (each role, duty, capacity and dependency edge)
+trained to write exactly this text and every editable field (each role, duty, capacity, dependency edge and stop rule)
 has a known character span. The counterfactual credit is applied to the tokens under those spans.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from lemon.spec.model import Spec
+from lemon.spec.model import Spec, StopRule
 
-FieldKind = Literal["role", "duty", "capacity", "edge"]
+FieldKind = Literal["role", "duty", "capacity", "edge", "stop"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -50,6 +50,16 @@ class _Writer:
         return Span(start, self.pos)
 
 
+def render_stop(rule: StopRule) -> str:
+    """A stop rule as a one-line YAML flow mapping, fixed key order, defaults left out (fewer spec tokens)."""
+    parts = [f"agree: {rule.agree}" if rule.agree is not None else f"confidence: {rule.confidence!r}"]
+    if rule.max is not None:
+        parts.append(f"max: {rule.max}")
+    if rule.wave != 1:
+        parts.append(f"wave: {rule.wave}")
+    return "{" + ", ".join(parts) + "}"
+
+
 def render_spec(spec: Spec) -> RenderedSpec:
     """Canonical YAML of `spec` with the span of every editable field.
 
@@ -72,6 +82,10 @@ def render_spec(spec: Spec) -> RenderedSpec:
                 w.write(", ")
             spans[FieldRef("edge", a.name, p)] = w.write(p)
         w.write("]\n")
+        if a.stop is not None:
+            w.write("    stop: ")
+            spans[FieldRef("stop", a.name)] = w.write(render_stop(a.stop))
+            w.write("\n")
     if spec.output is not None:
         w.write(f"output: {spec.output}\n")
     return RenderedSpec("".join(w.parts), spans)

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pydantic import ValidationError
 
 from lemon.errors import SpecError
-from lemon.spec.model import Spec
+from lemon.spec.model import Agent, Spec
 from lemon.spec.parse import describe_validation_error, parse_spec, spec_data
 from lemon.spec.roles import RoleLibrary
 
@@ -83,6 +83,26 @@ def _agent_problems(spec: Spec, roles: RoleLibrary, levels: Sequence[str]) -> It
                 yield f"agent {a.name!r}, field depends_on: no agent is named {p!r}"
         if a.role in roles and roles[a.role].kind == "vote" and not a.depends_on:
             yield f"agent {a.name!r}: role {a.role!r} votes over its parents, so it needs depends_on"
+        if a.stop is not None:
+            yield from _stop_problems(a, roles)
+
+
+def _stop_problems(a: Agent, roles: RoleLibrary) -> Iterator[str]:
+    """A stop rule belongs on a voting agent and must be able to fire within the parents it has."""
+    assert a.stop is not None
+    where = f"agent {a.name!r}, field stop"
+    if a.role in roles and roles[a.role].kind != "vote":
+        yield f"{where}: only a voting agent (e.g. role majority_vote) can stop early; remove stop or change role"
+        return
+    n = len(a.depends_on)
+    if n < 2:
+        yield f"{where}: a stop rule needs at least 2 parents to choose among; add parents or remove stop"
+        return
+    limit = a.stop.max if a.stop.max is not None else n
+    if limit > n:
+        yield f"{where}: max {limit} exceeds its {n} parents; lower max or add parents"
+    elif a.stop.first_wave > limit:
+        yield f"{where}: agree {a.stop.first_wave} can never fire with at most {limit} parents; lower agree"
 
 
 def validate_spec(spec: Spec, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
