@@ -31,7 +31,7 @@ def test_every_method_and_kind_validates(method: str, kind: str, roles: RoleLibr
 
 
 def test_expected_methods() -> None:
-    assert method_names() == ("vanilla", "cot", "sc-cot", "chain", "tree", "complete", "random")
+    assert method_names() == ("vanilla", "cot", "sc-cot", "esc", "asc", "chain", "tree", "complete", "random")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -87,3 +87,13 @@ def test_bad_names_are_one_line_errors() -> None:
         baseline_spec("cot", "essay", level="small")
     with pytest.raises(LemonError, match="n must be"):
         baseline_spec("sc-cot", "number", level="small", n=1)
+
+
+@pytest.mark.parametrize(("method", "rule"), [("esc", "{agree: 2}"), ("asc", "{confidence: 0.95}")])
+def test_the_stopping_anchors_are_sc_cot_whose_vote_stops(method: str, rule: str) -> None:
+    from lemon.spec.render import render_spec
+
+    stopping, full = (baseline_spec(m, "number", level="large") for m in (method, "sc-cot"))
+    assert stopping.agents[:-1] == full.agents[:-1]  # the same voters: the same samples, a paired comparison
+    assert stopping.agents[-1].model_copy(update={"stop": None}) == full.agents[-1]
+    assert f"stop: {rule}" in render_spec(stopping).text

@@ -22,7 +22,7 @@ def test_the_table_lists_every_baseline_then_the_orchestrators() -> None:
     assert baselines.method_names() == BASELINES  # written out for a fast CLI start: they must agree
     assert method_names() == (*baselines.method_names(), "template", "prompted", "trained:PATH")
     # the CLI help is the table's, word for word what it was when it was hard-coded
-    assert method_help() == ("vanilla, cot, sc-cot, chain, tree, complete, random, template (the default "
+    assert method_help() == ("vanilla, cot, sc-cot, esc, asc, chain, tree, complete, random, template (the default "
                              "orchestration), prompted, or trained:PATH.")
 
 

@@ -23,6 +23,10 @@ Shapes (every agent at the same `level` capacity; arrows point from a parent to 
   differ per agent: the runtime derives a per-agent seed when temperature > 0 (at temperature 0 the five
   agents would be identical, so evaluate with the default sampling temperature). For `code` the vote is over
   the extracted code text, so it only helps when several samples are identical.
+- `esc` and `asc` (the adaptive-stopping anchors): sc-cot's team whose vote carries a stop rule, so its
+  voters run in order only until the answer is settled: `esc` stops once 2 voters agree (Early-Stopping
+  Self-Consistency, Li et al. ICLR 2024, with a window of 2), `asc` once the leading answer is the majority
+  with Beta posterior >= 0.95 (Adaptive-Consistency, Aggarwal et al. EMNLP 2023); both at most `n` (5).
 - `chain`: `n` (default 3) agents in sequence: primary -> checker -> final (for n > 3, extra checkers
   are inserted before the final agent; n = 2 is primary -> final).
 - `tree`: `root` (first role: analysis / plan) fans out to two workers `worker_1`, `worker_2` (primary role,
@@ -48,7 +52,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from lemon.errors import LemonError
-from lemon.spec.model import MAX_AGENTS, Agent, Spec
+from lemon.spec.model import MAX_AGENTS, Agent, Spec, StopRule
 
 Kind = Literal["number", "choice", "code"]
 
@@ -61,7 +65,10 @@ TEAMS: dict[str, tuple[str, str, str, str]] = {
     "code": ("planner", "programmer", "tester", "final_decision_maker"),
 }
 
-DEFAULT_N: dict[str, int] = {"sc-cot": 5, "chain": 3, "complete": 4, "random": 4}
+DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "chain": 3, "complete": 4, "random": 4}
+#: Adaptive-Consistency's default threshold on P(the leading answer is the majority) (Aggarwal et al. 2023).
+ASC_CONFIDENCE = 0.95
+_VOTES = ("sc-cot", "esc", "asc")  # the vote agent takes one of MAX_AGENTS
 
 
 def _team(kind: str) -> tuple[str, str, str, str]:
@@ -87,6 +94,22 @@ def _sc_cot(kind: str, level: str, n: int, seed: int) -> Spec:
     vote = Agent(name="vote", role="majority_vote", duty="", capacity=level,
                  depends_on=tuple(a.name for a in workers))
     return Spec(agents=(*workers, vote), output="vote")
+
+
+def _stopping_vote(kind: str, level: str, n: int, rule: StopRule) -> Spec:
+    """sc-cot's team whose vote stops asking once `rule` fires: its voters are a prefix of sc-cot's (the
+    same samples, see `runtime.executor.sample_slot`), so the comparison with sc-cot is paired."""
+    team = _sc_cot(kind, level, n, 0)
+    vote = team.agents[-1].model_copy(update={"stop": rule})
+    return team.model_copy(update={"agents": (*team.agents[:-1], vote)})
+
+
+def _esc(kind: str, level: str, n: int, seed: int) -> Spec:
+    return _stopping_vote(kind, level, n, StopRule(agree=2))
+
+
+def _asc(kind: str, level: str, n: int, seed: int) -> Spec:
+    return _stopping_vote(kind, level, n, StopRule(confidence=ASC_CONFIDENCE))
 
 
 def _chain(kind: str, level: str, n: int, seed: int) -> Spec:
@@ -162,6 +185,8 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
     "vanilla": _vanilla,
     "cot": _cot,
     "sc-cot": _sc_cot,
+    "esc": _esc,
+    "asc": _asc,
     "chain": _chain,
     "tree": _tree,
     "complete": _complete,
@@ -189,7 +214,7 @@ def baseline_spec(method: str, kind: str, *, level: str, seed: int = 0, n: int |
     if method not in DEFAULT_N:  # fixed shapes: `n` does not apply
         return builder(kind, level, 0, seed)
     n = DEFAULT_N[method] if n is None else n
-    high = MAX_AGENTS - 1 if method == "sc-cot" else MAX_AGENTS  # the vote agent takes one slot
+    high = MAX_AGENTS - 1 if method in _VOTES else MAX_AGENTS  # the vote agent takes one slot
     if not 2 <= n <= high:
         raise LemonError(f"baseline {method!r}: n must be in [2, {high}], got {n}")
     return builder(kind, level, n, seed)

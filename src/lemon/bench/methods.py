@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # the rest is imported where it is used: the CLI reads the ta
 
 # `baselines.method_names()`, in report order; written out so that reading the table does not import the spec
 # model (pydantic), and checked against it by tests/bench/test_methods.py.
-BASELINES = ("vanilla", "cot", "sc-cot", "chain", "tree", "complete", "random")
+BASELINES = ("vanilla", "cot", "sc-cot", "esc", "asc", "chain", "tree", "complete", "random")
 
 
 @dataclass(frozen=True)

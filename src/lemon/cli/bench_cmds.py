@@ -64,7 +64,7 @@ def eval_cmd(
     data_dir: DataDirOpt = None,
     temperature: TemperatureOpt = DEFAULT_TEMPERATURE,
     max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS,
-    agents: Annotated[int | None, typer.Option(help="Agents in sc-cot/chain/complete/random.")] = None,
+    agents: Annotated[int | None, typer.Option(help="Agents in sc-cot/esc/asc (voters)/chain/complete/random.")] = None,
     budget_tokens: Annotated[int | None, typer.Option(help="Cap on worker tokens per item.")] = None,
     budget_tokens_total: Annotated[int | None, typer.Option(
         help="Cap on the tokens of the whole run (workers and orchestrator, earlier invocations included); "

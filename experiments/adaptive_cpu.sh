@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Issue 24's measurements on the 2-core CPU, in resumable stages (each `lemon eval` resumes from the store;
+# re-run the script after an interruption and finished items are skipped).
+#
+# The sample bank: an agent's sampling seed derives from its role and rank (runtime.executor.sample_slot),
+# so the k-th CoT voter of an item draws the same sample in every team. Stage `bank` runs the 5-voter
+# sc-cot at `large` once per (item, seed); every team made of those voters (cot = voter 1, sc-cot 3, the
+# esc / asc stopping anchors, a trained policy's vote teams) is then answered from the LLM request cache,
+# at no worker call. One voter at `large` takes ~20 s here, so a benchmark's 60 items x 2 seeds is ~7 h:
+# the bank is built over several working periods.
+#
+# Usage: LEMON_DATA_DIR=../shared/data bash experiments/adaptive_cpu.sh [STAGE ...]
+#   stages (default: all, in this order): bank singles anchors
+# Environment: STORE (default $LEMON_HOME/adaptive-cpu.sqlite), LIMIT (60), SEEDS (2), BENCHES ("svamp gsm8k").
+set -euo pipefail
+home="${LEMON_HOME:-$HOME/.cache/lemon}"
+store="${STORE:-$home/adaptive-cpu.sqlite}"
+limit="${LIMIT:-60}"
+seeds="${SEEDS:-2}"
+benches="${BENCHES:-svamp gsm8k}"
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(bank singles anchors)
+mkdir -p "$home"
+log="$store.runs.log"
+
+evaluate() {  # benchmark method [extra eval args]: one resumable evaluation, recorded in the log first
+  local bench="$1" method="$2"
+  shift 2
+  local args=(eval "$bench" --method "$method" --split test --limit "$limit" --pool cpu --level large
+              --store "$store" "$@")
+  echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]}" >> "$log"
+  lemon "${args[@]}"
+}
+
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    bank)  # seed 0 of every benchmark first, so a partial bank is already a paired comparison
+      for s in $(seq 1 "$seeds"); do
+        for bench in $benches; do evaluate "$bench" sc-cot --agents 5 --seeds "$s"; done
+      done ;;
+    singles)
+      for bench in $benches; do evaluate "$bench" vanilla --seeds "$seeds"; done ;;
+    anchors)  # answered from the bank: no worker call once `bank` is complete
+      for bench in $benches; do
+        evaluate "$bench" cot --seeds "$seeds"
+        evaluate "$bench" sc-cot --agents 3 --seeds "$seeds"
+        evaluate "$bench" esc --agents 5 --seeds "$seeds"
+        evaluate "$bench" asc --agents 5 --seeds "$seeds"
+      done ;;
+    *) echo "unknown stage $stage (bank, singles, anchors)" >&2; exit 2 ;;
+  esac
+done
