@@ -331,3 +331,30 @@ def test_checkpointing_with_lora_and_kl_never_shares_prompts_over_several_micro_
         assert stats["updated"] == 1.0 and stats["kl"] >= 0.0
         results.append([p.detach().clone() for p in model.parameters()])
     assert max(float((a - b).abs().max()) for a, b in zip(*results, strict=True)) < 1e-5
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_generation_ignores_the_models_own_generation_config(temperature: float) -> None:
+    """Issue 25: a checkpoint's generation_config (here repetition_penalty and no_repeat_ngram_size) filled in
+    whatever `generate` was not given, so the policy sampled from another distribution than the loss scores
+    (softmax(z / T) of the raw logits). Same completions as the model without one, greedy and seeded; the
+    config itself is left as it was."""
+    from types import SimpleNamespace
+
+    from lemon.train.generation import generate
+
+    tok = SimpleNamespace(pad_token_id=0, eos_token_id=63, decode=lambda ids, **k: "".join(chr(65 + i % 26)
+                                                                                          for i in ids))
+    prompts = [[5, 6, 7, 8], [9, 10, 11]]
+    runs = []
+    for penalised in (False, True):
+        model = _plain_llama()
+        if penalised:
+            model.generation_config.repetition_penalty = 8.0
+            model.generation_config.no_repeat_ngram_size = 1
+        runs.append([c.ids for c in generate(model, tok, prompts, max_new_tokens=16, temperature=temperature,
+                                             seed=3)])
+        if penalised:
+            assert model.generation_config.repetition_penalty == 8.0
+    assert runs[0] == runs[1]
+    assert any(len(set(r)) < len(r) for r in runs[0])  # the plain samples repeat tokens: the penalty would bite

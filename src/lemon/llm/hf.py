@@ -7,7 +7,9 @@ torch and transformers are imported lazily (only the [train] extra has them).
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +28,26 @@ def stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
     elif eos:
         ids.update(int(e) for e in eos)
     return ids
+
+
+@contextlib.contextmanager
+def neutral_generation_config(model: Any) -> Iterator[None]:
+    """While inside, `model.generate` samples softmax(z / T) of the raw logits and nothing else.
+
+    transformers fills every argument `generate` is not given from the checkpoint's own generation_config
+    (repetition_penalty, no_repeat_ngram_size, top_k, min_length, ...), but the training loss scores the raw
+    logits: a penalty there makes the sampler and the scorer disagree (issue 25). The model's config is swapped
+    for the library defaults (a peft model's lives on its base model) and put back afterwards.
+    """
+    from transformers import GenerationConfig
+
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    saved = getattr(target, "generation_config", None)
+    target.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        target.generation_config = saved
 
 
 class HFChatGenerator:
@@ -67,7 +89,7 @@ class HFChatGenerator:
                 kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
             else:
                 kwargs.update(do_sample=False)
-            with torch.no_grad():
+            with torch.no_grad(), neutral_generation_config(model):
                 out = model.generate(**enc, **kwargs)
             new = out[0, enc["input_ids"].shape[1]:]
             text = tok.decode(new, skip_special_tokens=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from lemon.llm.hf import stop_token_ids
+from lemon.llm.hf import neutral_generation_config, stop_token_ids
 from lemon.train.token_spans import offsets_from_token_ids
 
 
@@ -95,7 +95,8 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, ma
                 kwargs.update(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
             else:
                 kwargs.update(do_sample=False)
-            gen = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
+            with neutral_generation_config(model):  # the loss scores raw logits: so must sampling
+                gen = model.generate(input_ids=ids, attention_mask=mask, **kwargs)
             new = gen[:, ids.shape[1]:].tolist()
             for prompt, row in zip(rows, new, strict=True):
                 cut = next((j for j, t in enumerate(row) if t in stop), None)
