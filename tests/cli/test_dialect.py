@@ -64,6 +64,7 @@ def test_every_command_spells_a_shared_option_the_same_way() -> None:
     assert {"lemon run", "lemon exec", "lemon eval"} <= seen["model"] and seen["model"] == seen["base_url"]
     assert {"lemon eval", "lemon train", "lemon sft"} <= seen["limit"]
     assert {"lemon train", "lemon sft"} <= seen["policy_max_tokens"]
+    assert {"lemon eval", "lemon train", "lemon sft"} <= seen["threads"]  # issue 25: eval refused --threads
     assert {"lemon run", "lemon exec", "lemon eval", "lemon explain", "lemon train", "lemon sft"} <= seen["no_cache"]
 
 

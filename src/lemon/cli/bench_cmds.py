@@ -24,11 +24,13 @@ from lemon.cli.options import (
     DataDirOpt,
     LimitOpt,
     MaxTokensOpt,
+    MaybeThreadsOpt,
     ModelOpt,
     NoCacheOpt,
     PoolOpt,
     StoreOpt,
     TemperatureOpt,
+    apply_threads,
     check_worker_options,
     consoles,
     opt,
@@ -79,6 +81,7 @@ def eval_cmd(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
+    threads: MaybeThreadsOpt = None,
 ) -> None:
     """Evaluate METHOD on BENCHMARK; results are stored per item as they finish, and re-running resumes.
 
@@ -94,6 +97,7 @@ def eval_cmd(
 
     console, err_console = consoles()
     check_worker_options(max_tokens=max_tokens, temperature=temperature)
+    apply_threads(threads)
     pool = endpoint_pool(pool, model, base_url, api_key_env)
     settings = EvalSettings(benchmark=benchmark, method=resolve_method(method), level=_eval_level(method, level, pool),
                             pool=pool, temperature=temperature, max_tokens=_identity_max_tokens(pool, max_tokens),

@@ -13,6 +13,8 @@ Also here: the console pair every command prints through, and the command classe
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple
@@ -43,7 +45,8 @@ SHARED: dict[str, Shared] = {
     "pool": Shared("--pool", "Capacity pool: cpu, tiny, or a pool YAML file."),
     "no_cache": Shared("--no-cache", "Bypass the persistent LLM cache."),
     "data_dir": Shared("--data-dir", "Benchmark data (default LEMON_DATA_DIR)."),
-    "threads": Shared("--threads", "torch CPU threads."),
+    "threads": Shared("--threads", "CPU threads: torch's, and each embedded worker model's (a pool level's "
+                                   "n_threads wins)."),
     "seed": Shared("--seed", "Seed for sampled calls."),
     "max_tokens": Shared("--max-tokens", f"Max new tokens per worker (agent) call; default {DEFAULT_MAX_TOKENS} "
                                          "for every pool."),
@@ -52,7 +55,8 @@ SHARED: dict[str, Shared] = {
                                            "samples that differ)."),
     "limit": Shared("--limit", "Use the first N items of the split, in order."),
     "store": Shared("--store", STORE_HELP),
-    "out": Shared("--out", "Where to write the output."),
+    "out": Shared("--out", "Folder to write the output into."),
+    "file": Shared("--file", "File to write the output to."),
     "model": Shared("--model", "Try one OpenAI-compatible endpoint without a pool file: the model name it "
                                "serves (with --base-url); every level of the pool is that model."),
     "base_url": Shared("--base-url", "The endpoint of --model, e.g. http://127.0.0.1:8080/v1."),
@@ -87,12 +91,14 @@ PoolOpt = Annotated[str, opt("pool")]
 NoCacheOpt = Annotated[bool, opt("no_cache")]
 DataDirOpt = Annotated[Path | None, opt("data_dir")]
 ThreadsOpt = Annotated[int, opt("threads")]
+MaybeThreadsOpt = Annotated[int | None, opt("threads")]
 SeedOpt = Annotated[int, opt("seed")]
 MaxTokensOpt = Annotated[int, opt("max_tokens")]
 PolicyMaxTokensOpt = Annotated[int | None, opt("policy_max_tokens")]
 TemperatureOpt = Annotated[float, opt("temperature")]
 LimitOpt = Annotated[int | None, opt("limit")]
 StoreOpt = Annotated[Path | None, opt("store")]
+FileOpt = Annotated[Path | None, opt("file")]
 ModelOpt = Annotated[str | None, opt("model")]
 BaseUrlOpt = Annotated[str | None, opt("base_url")]
 ApiKeyEnvOpt = Annotated[str | None, opt("api_key_env")]
@@ -116,6 +122,23 @@ def check_worker_options(*, max_tokens: int | None = None, temperature: float | 
     check_positive_int("--max-tokens", max_tokens)
     if temperature is not None and not 0.0 <= temperature <= 2.0:
         raise LemonError(f"--temperature must be in [0, 2], got {temperature}")
+
+
+def output_file(out: Path | None, file: Path | None, default_name: str) -> Path | None:
+    """Where a command writes its one file: `--file FILE`, or `default_name` in the folder `--out DIR`.
+
+    `--out` is a folder for every command (run, eval, train write several files there). Before, it named the
+    file for view, report, trace and export; such an `--out` (a name with a suffix that is not a folder)
+    still works, with a one-line notice to use `--file`."""
+    if out is not None and file is not None:
+        raise LemonError("--out (a folder) and --file (a file) both say where to write; pass one of them")
+    if file is not None or out is None:
+        return file
+    if out.suffix and not out.is_dir():
+        consoles().err.print(f"note: --out {out} names a file; --out is now a folder, write --file {out} "
+                             "(the old meaning will be removed)", markup=False, highlight=False, soft_wrap=True)
+        return out
+    return out / default_name
 
 
 def check_task(task: str) -> str:
@@ -204,3 +227,19 @@ class LemonTyper(typer.Typer):
     def command(self, *args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("cls", LemonCommand)
         return super().command(*args, **kwargs)
+
+
+def apply_threads(threads: int | None) -> None:
+    """`--threads N` for a command whose compute is worker models: each embedded llama.cpp model gets N
+    threads (`LEMON_THREADS`, inherited by Ray workers and subprocesses) and so does torch (a trained policy).
+    None keeps the defaults (every core per embedded model)."""
+    from lemon.llm.embedded import MAX_THREADS
+
+    if threads is None:
+        return
+    if not 1 <= threads <= MAX_THREADS:
+        raise LemonError(f"--threads must be in 1..{MAX_THREADS}, got {threads}")
+    os.environ["LEMON_THREADS"] = str(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # torch reads it when it is first imported
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(threads)

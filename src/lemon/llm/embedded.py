@@ -22,6 +22,7 @@ from lemon.llm.models import ensure_model, verify_sha256
 log = logging.getLogger(__name__)
 
 DEFAULT_N_CTX = 8192
+MAX_THREADS = 256  # as pools.MAX_THREADS: llama.cpp crashed (SIGSEGV) on 100000 threads
 
 
 def gpu_layers_from_env() -> int:
@@ -34,6 +35,21 @@ def gpu_layers_from_env() -> int:
         raise ModelFileError(f"LEMON_GPU_LAYERS={raw!r} is not an integer; use 0 (CPU), N or -1 (all)") from None
 
 
+def threads_from_env() -> int | None:
+    """CPU threads of each embedded model when its pool level sets none (`LEMON_THREADS`, what `--threads`
+    sets), so N processes sharing a machine can split its cores; None: the default below."""
+    raw = os.environ.get("LEMON_THREADS", "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_THREADS:
+        raise ModelFileError(f"LEMON_THREADS={raw!r} is not a thread count; use an integer in 1..{MAX_THREADS}")
+    return value
+
+
 class EmbeddedBackend:
     """A GGUF model in this process. `model` is a pinned id (see `models.py`) or a path to a .gguf file."""
 
@@ -44,7 +60,7 @@ class EmbeddedBackend:
         self.n_ctx = n_ctx
         self.n_gpu_layers = gpu_layers_from_env() if n_gpu_layers is None else n_gpu_layers
         # Fully offloaded, the CPU threads only feed the GPU: one keeps many model processes from thrashing.
-        self.n_threads = n_threads or (1 if self.n_gpu_layers else max(1, os.cpu_count() or 1))
+        self.n_threads = n_threads or threads_from_env() or (1 if self.n_gpu_layers else max(1, os.cpu_count() or 1))
         self._llama: Any = None
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llama-{Path(model).stem}")
 
