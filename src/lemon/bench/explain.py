@@ -27,7 +27,7 @@ from lemon.errors import LemonError, SpecError
 from lemon.llm.base import GenParams, request_key
 from lemon.llm.pool import Pool
 from lemon.runtime import Budget, Executor, NodeCache, NodeOutput, RunResult, required_agents
-from lemon.spec.edits import FAMILIES, applicable_edits, apply_edit
+from lemon.spec.edits import FIELD_FAMILIES, applicable_edits, apply_edit, describe_edit
 from lemon.spec.model import Spec
 from lemon.spec.render import FieldRef
 from lemon.spec.roles import RoleLibrary
@@ -97,14 +97,6 @@ class Attribution:
 # ---- planning -------------------------------------------------------------------------------------------
 
 
-def _describe(spec: Spec, ref: FieldRef, edited: Spec) -> str:
-    if ref.kind == "edge":
-        return f"delete edge {ref.parent} -> {ref.agent}"
-    if ref.kind == "duty":
-        return f"revert duty of {ref.agent} to base role {spec.agent(ref.agent).role}"
-    return f"lower capacity of {ref.agent}: {spec.agent(ref.agent).capacity} -> {edited.agent(ref.agent).capacity}"
-
-
 def _affected(spec: Spec, ref: FieldRef, edited: Spec, pool: Pool, roles: RoleLibrary) -> list[str]:
     """Agents of the edited spec whose request differs from the original's: the edited agent and its live
     descendants, or nobody when a capacity edit moves between two levels served by the same model."""
@@ -112,6 +104,8 @@ def _affected(spec: Spec, ref: FieldRef, edited: Spec, pool: Pool, roles: RoleLi
         old, new = spec.agent(ref.agent).capacity, edited.agent(ref.agent).capacity
         if pool.backend(old).model_id == pool.backend(new).model_id:
             return []
+    if ref.kind == "stop":  # the parents the rule may now reach (those it already ran are node-cache hits)
+        return list(edited.agent(ref.agent).depends_on)
     live = required_agents(edited)
     changed = ({ref.agent} | edited.descendants(ref.agent)) & live
     return [a.name for a in edited.agents if a.name in changed and roles[a.role].kind != "vote"]
@@ -124,7 +118,7 @@ def plan_edits(spec: Spec, pool: Pool, roles: RoleLibrary, tokens: dict[str, Any
     live = required_agents(spec)
     out: list[EditOutcome] = []
     used = 0
-    for family in FAMILIES:
+    for family in FIELD_FAMILIES:
         for ref in applicable_edits(spec, family, levels):
             if ref.agent not in live:
                 continue
@@ -139,7 +133,8 @@ def plan_edits(spec: Spec, pool: Pool, roles: RoleLibrary, tokens: dict[str, Any
             affected = _affected(spec, ref, edited, pool, roles)
             cost = sum(int(tokens.get(a, {}).get("prompt", 0)) + int(tokens.get(a, {}).get("completion", 0))
                        for a in affected)
-            e = EditOutcome(family, ref.kind, ref.agent, ref.parent, _describe(spec, ref, edited), affected, cost)
+            words = describe_edit(apply_edit(spec, ref, levels), spec)
+            e = EditOutcome(family, ref.kind, ref.agent, ref.parent, words, affected, cost)
             if not affected:
                 e.note = "both levels are served by the same model: the request does not change"
             n_planned = sum(1 for x in out if x.status == "planned")

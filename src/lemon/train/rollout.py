@@ -37,7 +37,7 @@ from lemon.errors import SpecError
 from lemon.orchestrator.policy_prompt import strict_spec
 from lemon.runtime import Executor, NodeCache, RunResult
 from lemon.runtime.executor import derive_seed, required_agents
-from lemon.spec.edits import Edit, applicable_edits, apply_edit, change_capacity
+from lemon.spec.edits import Edit, applicable_edits, draw_edit, field_value
 from lemon.spec.model import Spec
 from lemon.spec.render import FieldRef, render_spec
 from lemon.spec.roles import RoleLibrary
@@ -231,7 +231,12 @@ def estimate_rerun_tokens(spec: Spec, ref: FieldRef, edited: Spec, original: Run
     needed = required_agents(edited)
     affected = ({ref.agent} | spec.descendants(ref.agent)) & needed
     tokens = original.tokens_by_agent
-    return sum(int(tokens[a]["prompt"]) + int(tokens[a]["completion"]) for a in affected if a in tokens)
+    spent = sum(int(tokens[a]["prompt"]) + int(tokens[a]["completion"]) for a in affected if a in tokens)
+    if ref.kind == "stop":  # parents the original's rule left unrun may run now: priced as the mean parent
+        ran = [int(tokens[p]["prompt"]) + int(tokens[p]["completion"])
+               for p in spec.agent(ref.agent).depends_on if p in tokens]
+        spent += round(sum(ran) / len(ran)) * len(original.unrun) if ran else 0
+    return spent
 
 
 async def _execute(executor: Executor, spec: Spec, state: GroupState) -> tuple[list[RunResult], list[bool]]:
@@ -307,18 +312,6 @@ def _edit_options(s: Sample, allowed: Sequence[str], levels: Sequence[str],
     return {f: refs for f, refs in options.items() if refs}
 
 
-def field_value(spec: Spec, ref: FieldRef) -> str | None:
-    """What `ref` holds in `spec`: a level, a duty, or "edge"; None when the agent (or the edge) is absent."""
-    if ref.agent not in spec.names:
-        return None
-    agent = spec.agent(ref.agent)
-    if ref.kind == "capacity":
-        return agent.capacity
-    if ref.kind == "duty":
-        return agent.duty
-    return "edge" if ref.parent in agent.depends_on else None
-
-
 def field_room(spec: Spec, ref: FieldRef, group: Sequence[Spec]) -> float:
     """1 - the share of `group` (the valid specs of the group, `spec` among them) that hold `spec`'s value
     in `ref`: a Monte-Carlo estimate of how far the policy still is from choosing it with certainty."""
@@ -327,11 +320,8 @@ def field_room(spec: Spec, ref: FieldRef, group: Sequence[Spec]) -> float:
 
 
 def _edit(spec: Spec, family: str, ref: FieldRef, levels: Sequence[str], rng: random.Random) -> Edit:
-    """The edit of `family` on field `ref`; `level` draws its target uniformly among the other levels."""
-    if family == "level":
-        current = spec.agent(ref.agent).capacity
-        return change_capacity(spec, ref.agent, rng.choice([lv for lv in levels if lv != current]), levels)
-    return apply_edit(spec, ref, levels)
+    """The edit of `family` on field `ref` (`level` and `stop` draw their variant with `rng`)."""
+    return draw_edit(spec, family, ref, levels, rng)
 
 
 def plan_counterfactuals(state: GroupState, executor: Executor, *, roles: RoleLibrary,

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from lemon.spec.edits import rewrite_window
+
 _REPLACEMENT = "\ufffd"
 
 
@@ -79,18 +81,9 @@ def offsets_from_token_ids(tokenizer: Any, token_ids: Sequence[int]) -> tuple[st
 
 
 def edit_window(text: str, start: int, end: int, kind: str, replacement: str) -> tuple[int, int, str]:
-    """The characters a counterfactual edit rewrites in the canonical text, and what it writes there.
-
-    A capacity or a duty is replaced in place; a deleted edge also takes its ", " separator with it, so the
-    edited text is what the canonical rendering of the edited spec reads (`[a, b]` minus b is `[a]`).
-    """
-    if kind != "edge":
-        return start, end, replacement
-    if text[max(0, start - 2):start] == ", ":
-        return start - 2, end, ""
-    if text[end:end + 2] == ", ":
-        return start, end + 2, ""
-    return start, end, ""
+    """The characters a counterfactual edit rewrites in the canonical text, and what it writes there (the
+    edit family's own rule: `lemon.spec.edits.rewrite_window`)."""
+    return rewrite_window(text, start, end, kind, replacement)
 
 
 def first_divergence(ids: Sequence[int], offsets: Sequence[tuple[int, int]], text: str, start: int, end: int,

@@ -1,0 +1,36 @@
+"""m_E: delete one dependency edge (the child no longer reads the parent's output)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from lemon.errors import SpecError
+from lemon.spec.edits.base import Edit, Family, agent_of, make_edit
+from lemon.spec.model import Spec
+from lemon.spec.render import FieldKind, FieldRef
+
+
+def delete_edge(spec: Spec, child: str, parent: str) -> Edit:
+    """`child` no longer reads `parent`'s output."""
+    a = agent_of(spec, child)
+    if parent not in a.depends_on:
+        raise SpecError(f"cannot delete edge: agent {child!r} does not depend on {parent!r}")
+    deps = tuple(p for p in a.depends_on if p != parent)
+    return make_edit(spec, "edge", FieldRef("edge", child, parent), depends_on=deps)
+
+
+class EdgeFamily:
+    name: Family = "edge"
+    kind: FieldKind = "edge"
+
+    def fields(self, spec: Spec, levels: Sequence[str]) -> list[FieldRef]:
+        return [FieldRef("edge", a.name, p) for a in spec.agents for p in a.depends_on]
+
+    def apply(self, spec: Spec, ref: FieldRef, levels: Sequence[str], rng: random.Random | None = None) -> Edit:
+        if ref.parent is None:
+            raise SpecError(f"field {ref} is not an edge")
+        return delete_edge(spec, ref.agent, ref.parent)
+
+    def describe(self, spec: Spec, edited: Spec, ref: FieldRef) -> str:
+        return f"delete edge {ref.parent} -> {ref.agent}"

@@ -1,0 +1,33 @@
+"""m_R: revert one agent's customised duty to its base role (an empty duty)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from lemon.errors import SpecError
+from lemon.spec.edits.base import Edit, Family, agent_of, make_edit
+from lemon.spec.model import Spec
+from lemon.spec.render import FieldKind, FieldRef
+
+
+def revert_duty(spec: Spec, agent: str) -> Edit:
+    """`agent` keeps its base role but loses its customised duty."""
+    a = agent_of(spec, agent)
+    if not a.duty:
+        raise SpecError(f"cannot revert duty: agent {agent!r} already uses its base role {a.role!r} as is")
+    return make_edit(spec, "role", FieldRef("duty", agent), duty="")
+
+
+class RoleFamily:
+    name: Family = "role"
+    kind: FieldKind = "duty"
+
+    def fields(self, spec: Spec, levels: Sequence[str]) -> list[FieldRef]:
+        return [FieldRef("duty", a.name) for a in spec.agents if a.duty]
+
+    def apply(self, spec: Spec, ref: FieldRef, levels: Sequence[str], rng: random.Random | None = None) -> Edit:
+        return revert_duty(spec, ref.agent)
+
+    def describe(self, spec: Spec, edited: Spec, ref: FieldRef) -> str:
+        return f"revert duty of {ref.agent} to base role {spec.agent(ref.agent).role}"

@@ -1,0 +1,59 @@
+"""`stop` (ours): change one voter's stop rule, so credit has a field whose right value depends on the task.
+
+The deterministic operator removes the rule (every parent runs: Δ says what stopping early cost or saved on
+this item). Drawn variants move the rule by one notch: `agree` k +/- 1, or `max` +/- 2 (an absent max is the
+number of parents), clamped to what validates (k >= 2, k <= max <= the parents)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from lemon.errors import SpecError
+from lemon.spec.edits.base import Edit, Family, agent_of, make_edit
+from lemon.spec.model import Agent, Spec, StopRule
+from lemon.spec.render import FieldKind, FieldRef, render_stop
+
+
+def remove_stop(spec: Spec, agent: str) -> Edit:
+    """`agent` votes over all of its parents: every one of them runs."""
+    if agent_of(spec, agent).stop is None:
+        raise SpecError(f"cannot remove the stop rule: agent {agent!r} has none")
+    return make_edit(spec, "stop", FieldRef("stop", agent), stop=None)
+
+
+def stop_variants(agent: Agent) -> list[StopRule]:
+    """The rules one notch from `agent`'s: agree k +/- 1, max +/- 2 (clamped), each within the agent's parents."""
+    rule = agent.stop
+    if rule is None:
+        return []
+    n = len(agent.depends_on)
+    limit = rule.max if rule.max is not None else n
+    out: list[StopRule] = []
+    if rule.agree is not None:
+        out += [rule.model_copy(update={"agree": k}) for k in (rule.agree - 1, rule.agree + 1) if 2 <= k <= limit]
+    for m in sorted({max(limit - 2, rule.first_wave), min(limit + 2, n)} - {limit}):
+        out.append(rule.model_copy(update={"max": None if m == n else m}))
+    return out
+
+
+class StopFamily:
+    name: Family = "stop"
+    kind: FieldKind = "stop"
+
+    def fields(self, spec: Spec, levels: Sequence[str]) -> list[FieldRef]:
+        return [FieldRef("stop", a.name) for a in spec.agents if a.stop is not None]
+
+    def apply(self, spec: Spec, ref: FieldRef, levels: Sequence[str], rng: random.Random | None = None) -> Edit:
+        if rng is None:
+            return remove_stop(spec, ref.agent)
+        agent = agent_of(spec, ref.agent)
+        choices: list[StopRule | None] = [None, *stop_variants(agent)]
+        return make_edit(spec, "stop", ref, stop=rng.choice(choices))
+
+    def describe(self, spec: Spec, edited: Spec, ref: FieldRef) -> str:
+        old, new = spec.agent(ref.agent).stop, edited.agent(ref.agent).stop
+        before = render_stop(old) if old else "none"
+        if new is None:
+            return f"remove the stop rule of {ref.agent} ({before}): every parent runs"
+        return f"change the stop rule of {ref.agent}: {before} -> {render_stop(new)}"
