@@ -141,7 +141,7 @@ def test_two_runs_named_by_id_pair_across_levels_but_methods_do_not(tmp_path: Pa
             build_report(store, compare=[("template", "cot")])
     (pair,) = report.comparisons
     assert (pair.pairs, pair.a_only, pair.b_only) == (6, 2, 0)
-    assert "### Paired test: template@medium vs cot@large (test)" in report.markdown
+    assert "### Paired test: template vs cot@large (test, pool tiny)" in report.markdown
 
 
 def test_cli_compare_is_repeatable_and_a_bad_pair_exits_2(tmp_path: Path) -> None:

@@ -34,6 +34,25 @@ if TYPE_CHECKING:  # the rest is imported where it is used: the CLI reads the ta
 # `baselines.method_names()`, in report order; written out so that reading the table does not import the spec
 # model (pydantic), and checked against it by tests/bench/test_methods.py.
 BASELINES = ("vanilla", "cot", "sc-cot", "esc", "asc", "chain", "tree", "complete", "random")
+# What a run of a method that picks each agent's level shows as its level (it is stored under a nominal one).
+CHOSEN_LEVEL = "chosen by the method"
+
+
+def uses_level(method: str) -> bool:
+    """Only a fixed baseline puts every agent at one `--level`; `template`, `prompted` and `trained:PATH`
+    choose each agent's level, so the level their runs are stored under (for stable run ids) means nothing."""
+    return method in BASELINES
+
+
+def shown_level(method: str, level: str) -> str:
+    """A stored run's level as `lemon runs`, `lemon report` and the viewer show it (issue 25: the template's
+    runs read `medium`, though it picks levels itself)."""
+    return level if uses_level(method) else CHOSEN_LEVEL
+
+
+def run_label(method: str, level: str) -> str:
+    """`method@level` for a baseline, the method alone for one that picks levels (short, for tables)."""
+    return f"{method}@{level}" if uses_level(method) else method
 
 
 @dataclass(frozen=True)

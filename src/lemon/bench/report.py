@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lemon.bench.baselines import method_names
+from lemon.bench.methods import run_label, shown_level, uses_level
 from lemon.bench.store import ItemRow, ResultsStore, RunInfo
 from lemon.errors import LemonError
 
@@ -227,8 +228,9 @@ def _render_front(stats: Sequence[RunStats]) -> list[str]:
                   "and cheaper in worker tokens (point estimates; the paired tests say which gaps are noise).",
                   "", "| method | level | accuracy (%) | worker tokens / item | front |", "|---|---|---|---:|---|"]
         for s in sorted(group, key=lambda g: g.tokens_mean):
-            by = ", ".join(f"{q.run.method}@{q.run.level}" for q in beaten[s.run.run_id])
-            lines.append(f"| {s.run.method} | {s.run.level} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} "
+            by = ", ".join(run_label(q.run.method, q.run.level) for q in beaten[s.run.run_id])
+            level = shown_level(s.run.method, s.run.level)
+            lines.append(f"| {s.run.method} | {level} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} "
                          f"| {'no: dominated by ' + by if by else '**on the front**'} |")
     return lines
 
@@ -262,9 +264,10 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
         for s in (s for s in stats if s.run.benchmark == bench):
             partial = "" if s.complete else f" (partial: {s.rows}/{s.run.n_items * s.run.seeds} rows)"
             temp = s.run.config.get("temperature", "")
+            level = shown_level(s.run.method, s.run.level)
             lines.append(
                 f"| {s.run.method} | {s.run.split} | {s.n_items}{partial} | {len(s.seeds)} | {s.run.pool} | "
-                f"{s.run.level} | {temp} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} | "
+                f"{level} | {temp} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} | "
                 f"{_fmt_tokens(s.orchestrator_tokens_mean)} | {s.wall_s_mean:.1f} | {s.errors} | `{s.run.run_id}` |"
             )
         lines += _render_front([s for s in stats if s.run.benchmark == bench])
@@ -274,11 +277,13 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
 
 
 def _render_comparison(c: PairedResult) -> list[str]:
-    a, b = c.run_a.method, c.run_b.method
-    where = f"{c.run_a.split}, pool {c.run_a.pool}, level {c.run_a.level}"
-    if (c.run_a.pool, c.run_a.level) != (c.run_b.pool, c.run_b.level):  # two runs named by id
-        a, b = f"{a}@{c.run_a.level}", f"{b}@{c.run_b.level}"
-        where = c.run_a.split if c.run_a.pool == c.run_b.pool else c.run_a.split + ", two pools"
+    ra, rb = c.run_a, c.run_b
+    a, b = ra.method, rb.method
+    if (ra.pool, ra.level) == (rb.pool, rb.level) and uses_level(a) and uses_level(b):
+        where = f"{ra.split}, pool {ra.pool}, level {ra.level}"
+    else:  # two runs named by id, or a method that picks its own levels: each run says its level, if any
+        a, b = run_label(a, ra.level), run_label(b, rb.level)
+        where = f"{ra.split}, pool {ra.pool}" if ra.pool == rb.pool else f"{ra.split}, two pools"
     caveat = ("" if c.seeds <= 1 else
               f" With {c.seeds} seeds the pairs of one item are not independent; read p as approximate.")
     return [
@@ -311,7 +316,8 @@ def plot_accuracy_vs_tokens(stats: Sequence[RunStats], path: Path, *, store_path
             yerr = 100 * s.accuracy_std if s.accuracy_std is not None else None
             xerr = s.tokens_std if s.tokens_std is not None else None
             ax.errorbar(s.tokens_mean, 100 * s.accuracy_mean, yerr=yerr, xerr=xerr, fmt="o", capsize=3,
-                        label=f"{s.run.method} ({s.run.pool}/{s.run.level}, {len(s.seeds)} seeds)")
+                        label=f"{s.run.method} ({s.run.pool}/{shown_level(s.run.method, s.run.level)}, "
+                              f"{len(s.seeds)} seeds)")
             ax.annotate(s.run.method, (s.tokens_mean, 100 * s.accuracy_mean), textcoords="offset points",
                         xytext=(4, 4), fontsize=8)
         ax.set_title(f"{bench}")

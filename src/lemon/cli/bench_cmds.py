@@ -14,7 +14,7 @@ import typer
 from rich.markdown import Markdown
 from rich.markup import escape
 
-from lemon.bench.methods import method_help
+from lemon.bench.methods import method_help, shown_level
 from lemon.cli.options import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_POOL,
@@ -118,17 +118,16 @@ def _print_summary(console: Any, summary: Any, summary_lines: Any) -> None:
     that text is escaped. A method that chooses its levels shows no `--level`."""
     shown = dataclasses.replace(summary, method=escape(summary.method), pool=escape(summary.pool),
                                 store_path=escape(str(summary.store_path)),
-                                level=summary.level if _uses_level(summary.method) else "chosen by the method")
+                                level=shown_level(summary.method, summary.level))
     for line in summary_lines(shown):
         console.print(line, highlight=False)
 
 
 def _uses_level(method: str) -> bool:
-    """Only a fixed baseline puts every agent at one `--level`; orchestrators choose levels per agent.
-    (To become `resolve_method(method).uses_level` once bench/methods.py exists.)"""
-    from lemon.bench.baselines import method_names
+    """Only a fixed baseline puts every agent at one `--level`; orchestrators choose levels per agent."""
+    from lemon.bench.methods import uses_level
 
-    return method in method_names()
+    return uses_level(method)
 
 
 def _eval_level(method: str, level: str | None, pool: str) -> str:

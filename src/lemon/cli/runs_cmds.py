@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from lemon.bench.methods import shown_level
 from lemon.cli.options import LemonTyper, StoreOpt, consoles
 from lemon.errors import LemonError
 
@@ -62,7 +63,7 @@ def list_cmd(store: StoreOpt = None, benchmark: BenchmarkFilter = None, method: 
         for r in runs:
             updated = datetime.datetime.fromtimestamp(r.updated).strftime("%Y-%m-%d %H:%M")
             table.add_row(*(Text(str(v)) for v in (
-                r.run_id, r.benchmark, r.split, r.method, r.pool, r.level, r.seeds,
+                r.run_id, r.benchmark, r.split, r.method, r.pool, shown_level(r.method, r.level), r.seeds,
                 f"{db.count(r.run_id)}/{r.n_items * r.seeds}", updated)))
     consoles().out.print(table)
 

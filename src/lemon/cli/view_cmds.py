@@ -17,6 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lemon.bench.methods import shown_level
 from lemon.cli.options import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_POOL,
@@ -90,7 +91,7 @@ def _emit_json(console: Console, data: Any, out: Path | None) -> None:
 
 def _items_table(run: Any, rows: list[Any]) -> Table:
     table = Table(title=f"run {run.run_id}: {run.benchmark}/{run.split}, {run.method}, pool {run.pool}, "
-                        f"level {run.level} ({len(rows)} rows)", title_justify="left")
+                        f"level {shown_level(run.method, run.level)} ({len(rows)} rows)", title_justify="left")
     for col in ("item", "seed", "right", "prediction", "gold", "tokens", "status"):
         table.add_column(col, justify="right" if col in ("seed", "tokens") else "left", overflow="fold")
     for r in rows:
@@ -114,7 +115,7 @@ def render_item(payload: dict[str, Any]) -> Group:
     verdict = Text("RIGHT", "bold green") if item["correct"] else Text("WRONG", "bold red")
     head = Text.assemble(
         (f"run {run['run_id']}", "bold"), f"  {run['benchmark']}/{run['split']}  method {run['method']}  "
-        f"pool {run['pool']}  level {run['level']}\n",
+        f"pool {run['pool']}  level {shown_level(run['method'], run['level'])}\n",
         (f"item {item['item_id']}", "bold"), f"  seed {item['seed']}  ", verdict,
         f"  prediction {item['prediction']!s}  gold {_clip(item['gold'], 200)}\n",
         f"status {item['status']} ({item['stop_reason'] or '-'})  worker tokens {item['total_tokens']}  "

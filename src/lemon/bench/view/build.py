@@ -18,6 +18,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from lemon.bench.methods import shown_level
 from lemon.bench.report import paired_compare
 from lemon.bench.store import ItemRow, ResultsStore, RunInfo
 from lemon.bench.view.train import DEFAULT_MAX_STEPS, training_data
@@ -44,7 +45,8 @@ def render_page(data: dict[str, Any], traces: Sequence[str]) -> str:
 
 def _run_json(r: RunInfo) -> dict[str, Any]:
     return {"id": r.run_id, "benchmark": r.benchmark, "split": r.split, "method": r.method, "pool": r.pool,
-            "level": r.level, "seeds": r.seeds, "n_items": r.n_items, "temperature": r.config.get("temperature")}
+            "level": shown_level(r.method, r.level), "seeds": r.seeds, "n_items": r.n_items,
+            "temperature": r.config.get("temperature")}
 
 
 def _comparisons(runs: Sequence[RunInfo], rows: dict[str, list[ItemRow]]) -> list[dict[str, Any]]:
