@@ -17,7 +17,7 @@ from .conftest import Stored, assert_one_line_error, lemon
 def test_inspect_log_reads_back_with_the_store_scores(stored: Stored, tmp_path: Path, _isolated_home: Path,
                                                      suffix: str) -> None:
     out = tmp_path / f"run{suffix}"
-    proc = lemon("export", "inspect", stored.bad[:7], "--out", str(out), "--store", str(stored.store),
+    proc = lemon("export", "inspect", stored.bad[:7], "--file", str(out), "--store", str(stored.store),
                  home=_isolated_home)
     assert proc.returncode == 0, proc.stderr
     log = read_eval_log(str(out))
@@ -37,7 +37,7 @@ def test_inspect_log_reads_back_with_the_store_scores(stored: Stored, tmp_path: 
 
 def test_csv_has_one_row_per_item_and_seed(stored: Stored, tmp_path: Path, _isolated_home: Path) -> None:
     out = tmp_path / "results.csv"
-    proc = lemon("export", "csv", "--out", str(out), "--store", str(stored.store), home=_isolated_home)
+    proc = lemon("export", "csv", "--file", str(out), "--store", str(stored.store), home=_isolated_home)
     assert proc.returncode == 0, proc.stderr
     with out.open(newline="") as fh:
         table = list(csv.DictReader(fh))
@@ -48,7 +48,7 @@ def test_csv_has_one_row_per_item_and_seed(stored: Stored, tmp_path: Path, _isol
         row = expected[(t["run_id"], t["item_id"], int(t["seed"]))]
         assert int(t["correct"]) == int(row.correct) and int(t["total_tokens"]) == row.total_tokens
         assert int(t["prompt_tokens"]) + int(t["completion_tokens"]) == row.total_tokens
-    only = lemon("export", "csv", stored.good, "--out", str(tmp_path / "one.csv"), "--store", str(stored.store),
+    only = lemon("export", "csv", stored.good, "--file", str(tmp_path / "one.csv"), "--store", str(stored.store),
                  home=_isolated_home)
     assert only.returncode == 0 and (tmp_path / "one.csv").read_text().count("\n") == 1 + len(stored.items)
 
@@ -57,10 +57,10 @@ def test_export_bad_input_writes_nothing(stored: Stored, tmp_path: Path, _isolat
     outs = tmp_path / "out"
     outs.mkdir()
     out = outs / "x.eval"
-    assert_one_line_error(lemon("export", "inspect", "nope", "--out", str(out), "--store", str(stored.store),
+    assert_one_line_error(lemon("export", "inspect", "nope", "--file", str(out), "--store", str(stored.store),
                                 home=_isolated_home), "no run 'nope'")
-    assert_one_line_error(lemon("export", "inspect", stored.good, "--out", str(outs / "x.txt"), "--store",
+    assert_one_line_error(lemon("export", "inspect", stored.good, "--file", str(outs / "x.txt"), "--store",
                                 str(stored.store), home=_isolated_home), "ends in .eval or .json")
-    assert_one_line_error(lemon("export", "csv", "nope", "--out", str(outs / "x.csv"), "--store",
+    assert_one_line_error(lemon("export", "csv", "nope", "--file", str(outs / "x.csv"), "--store",
                                 str(stored.store), home=_isolated_home), "no run 'nope'")
     assert list(outs.iterdir()) == []

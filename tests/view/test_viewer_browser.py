@@ -41,7 +41,7 @@ def test_viewer_pages_in_chromium(stored: Stored, tmp_path: Path, data_dir: Path
     dead_run = add_prompted_run(stored.store, data_dir)
     train_dir = write_training_run(tmp_path / "train-run", steps=12)
     page = tmp_path / "view.html"
-    proc = lemon("view", str(stored.store), "--train", str(train_dir), "--out", str(page), home=_isolated_home)
+    proc = lemon("view", str(stored.store), "--train", str(train_dir), "--file", str(page), home=_isolated_home)
     assert proc.returncode == 0, proc.stderr
     html = page.read_text()
     assert "http://" not in html.replace("http://www.w3.org/2000/svg", "") and "https://" not in html  # offline
@@ -176,11 +176,11 @@ def test_ten_thousand_items_stay_fast(tmp_path: Path) -> None:
 
 def test_view_bad_input(stored: Stored, tmp_path: Path, _isolated_home: Path) -> None:
     out = tmp_path / "v.html"
-    assert_one_line_error(lemon("view", "nope", "--store", str(stored.store), "--out", str(out), home=_isolated_home),
+    assert_one_line_error(lemon("view", "nope", "--store", str(stored.store), "--file", str(out), home=_isolated_home),
                           "no run 'nope'")
     empty = tmp_path / "empty-run"
     empty.mkdir()
-    assert_one_line_error(lemon("view", str(empty), "--out", str(out), home=_isolated_home), "no metrics.jsonl")
+    assert_one_line_error(lemon("view", str(empty), "--file", str(out), home=_isolated_home), "no metrics.jsonl")
     assert_one_line_error(lemon("view", stored.good, "--item", "multiarith/nope", "--store", str(stored.store),
-                                "--out", str(out), home=_isolated_home), "has no item")
+                                "--file", str(out), home=_isolated_home), "has no item")
     assert not out.exists()  # nothing written half-way

@@ -230,7 +230,7 @@ async def _score(check: Checker | None, answer: str, status: str) -> tuple[str |
     pred, ok = check(answer)
     if inspect.isawaitable(ok):
         ok = await ok
-    return pred, bool(ok)
+    return pred, None if ok is None else bool(ok)
 
 
 async def run_plan(executor: Executor, spec: Spec, task: str, seed: int, attribution: Attribution,
@@ -300,7 +300,7 @@ class StoredPlan:
     cache: NodeCache
     seed: int
     vote_key: Any
-    check: Checker
+    check: Checker | None
 
 
 def plan_stored(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *, data_dir: Any = None,
@@ -336,6 +336,53 @@ def plan_stored(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *
                                         "tokens": row.total_tokens},
                               edits=edits)
     return StoredPlan(attribution, executor, spec, cache, seed, lambda text: task_def.extract(text, item), check)
+
+
+def gold_checker(kind: str, gold: str | None) -> Checker:
+    """(extracted answer, right) of an answer of this kind; right is None without a gold answer (or for code,
+    which only a benchmark's tests can judge), and the edits then say whether the extracted answer changed."""
+    from lemon.bench.extract import numbers_equal
+    from lemon.bench.tracefile import answer_extractor
+
+    extract = answer_extractor(kind) or (lambda text: text.strip() or None)
+
+    def check(answer: str) -> tuple[str | None, bool | None]:
+        pred = extract(answer)
+        if gold is None or kind == "code":
+            return pred, None
+        if kind == "choice":
+            return pred, pred is not None and pred == gold.strip().upper()
+        return pred, pred is not None and numbers_equal(pred, gold)
+
+    return check
+
+
+def plan_trace(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *, gold: str | None = None,
+               max_edits: int | None = None, budget_tokens: int | None = None) -> StoredPlan:
+    """`plan_stored` for a `lemon run` trace (no benchmark item): the task and settings come from the trace, the
+    answer is read by the task's kind, and without `gold` each edit says whether the answer changed."""
+    from lemon.bench.tracefile import vote_key
+
+    if row.status != "ok":
+        raise LemonError(f"the run {run.run_id} ended with status {row.status} ({row.stop_reason}); only runs that "
+                         "finished can be explained")
+    roles = RoleLibrary.load()
+    task, system = str(trace.get("task") or ""), trace.get("system") or {}
+    if not task:
+        raise LemonError(f"the trace of run {run.run_id} does not hold its task text (an older LEMON); re-run it")
+    spec = spec_of_trace(trace, roles, pool.level_names)
+    executor = executor_for_run(run, pool, roles)
+    seed = int(system.get("seed") or 0)
+    cache = prime_cache(executor, spec, task, seed, trace)
+    check = gold_checker(run.split, gold)
+    correct = check(str((trace.get("contents") or {}).get(spec.output, "")))[1]
+    edits = plan_edits(spec, pool, roles, _stored_tokens(trace), max_edits=max_edits, budget_tokens=budget_tokens)
+    attribution = Attribution(run_id=run.run_id, item_id=row.item_id, seed=row.seed, task=task,
+                              spec=spec.model_dump(mode="json"),
+                              original={"correct": correct, "prediction": row.prediction, "gold": gold,
+                                        "tokens": row.total_tokens},
+                              edits=edits)
+    return StoredPlan(attribution, executor, spec, cache, seed, vote_key(run.split), check)
 
 
 async def explain_stored(db: ResultsStore, plan: StoredPlan,

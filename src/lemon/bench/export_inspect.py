@@ -88,7 +88,7 @@ def write_inspect_log(db: ResultsStore, run: RunInfo, out: Path) -> int:
     except ImportError:
         raise LemonError("exporting to Inspect needs inspect_ai: pip install -e '.[export]'") from None
     if out.suffix not in (".eval", ".json"):
-        raise LemonError(f"--out {out}: an Inspect log ends in .eval or .json")
+        raise LemonError(f"{out}: an Inspect log file ends in .eval or .json; name it e.g. run.eval")
     log = inspect_log(db, run)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")

@@ -128,18 +128,39 @@ def traces_url(endpoint: str) -> str:
     return endpoint.rstrip("/") + "/v1/traces" if parts.path in ("", "/") else endpoint
 
 
-def probe(url: str, timeout: float) -> None:
+def otlp_headers(pairs: Sequence[str] = ()) -> dict[str, str]:
+    """Request headers: the standard `OTEL_EXPORTER_OTLP_(TRACES_)HEADERS` variables, then each `--header
+    NAME=VALUE` (Langfuse wants `Authorization=Basic <base64 of public:secret key>`). A variable keeps a
+    secret out of the process list and the shell history."""
+    import os
+
+    from opentelemetry.util.re import parse_env_headers
+
+    out: dict[str, str] = {}
+    for var in ("OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS"):
+        out.update(parse_env_headers(os.environ.get(var, ""), liberal=True))
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise LemonError(f"--header {pair.split('=')[0]!r}...: write NAME=VALUE, e.g. --header "
+                             "'Authorization=Basic <base64 of public:secret key>'")
+        out[name.strip().lower()] = value.strip()
+    return out
+
+
+def probe(url: str, timeout: float, headers: dict[str, str] | None = None) -> None:
     """POST an empty OTLP request: an endpoint that does not answer 2xx is one line, before anything is sent."""
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     req = urllib.request.Request(url, data=ExportTraceServiceRequest().SerializeToString(), method="POST",
-                                 headers={"Content-Type": "application/x-protobuf"})
+                                 headers={**(headers or {}), "Content-Type": "application/x-protobuf"})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # the user's own endpoint
             resp.read()
     except urllib.error.HTTPError as exc:
-        raise LemonError(f"OTLP endpoint {url} answered HTTP {exc.code}; check the URL (a collector's OTLP/HTTP "
-                         "traces path is /v1/traces); nothing was sent") from None
+        fix = ("check the credentials (--header or OTEL_EXPORTER_OTLP_HEADERS)" if exc.code in (401, 403) else
+               "check the URL (a collector's OTLP/HTTP traces path is /v1/traces)")
+        raise LemonError(f"OTLP endpoint {url} answered HTTP {exc.code}; {fix}; nothing was sent") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise LemonError(f"cannot reach the OTLP endpoint {url} ({reason}); start the collector or fix --endpoint; "
@@ -147,7 +168,7 @@ def probe(url: str, timeout: float) -> None:
 
 
 def export_otel(db: ResultsStore, run: RunInfo, endpoint: str, *, item_ids: Sequence[str] | None = None,
-                include_content: bool = False, timeout: float = 10.0) -> int:
+                include_content: bool = False, timeout: float = 10.0, headers: dict[str, str] | None = None) -> int:
     """Send the run's items to an OTLP/HTTP endpoint; returns the number of spans sent."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
@@ -155,8 +176,8 @@ def export_otel(db: ResultsStore, run: RunInfo, endpoint: str, *, item_ids: Sequ
     spans = build_spans(db, run, item_ids=item_ids, include_content=include_content)
     if not spans:
         raise LemonError(f"run {run.run_id} has no stored traces to export")
-    probe(url, min(timeout, 5.0))
-    exporter = OTLPSpanExporter(endpoint=url, timeout=timeout)
+    probe(url, min(timeout, 5.0), headers)
+    exporter = OTLPSpanExporter(endpoint=url, timeout=timeout, headers=headers or None)
     try:
         for i in range(0, len(spans), BATCH):
             if exporter.export(spans[i:i + BATCH]) is not SpanExportResult.SUCCESS:
@@ -164,3 +185,23 @@ def export_otel(db: ResultsStore, run: RunInfo, endpoint: str, *, item_ids: Sequ
     finally:
         exporter.shutdown()
     return len(spans)
+
+
+def otlp_json_lines(spans: Sequence[ReadableSpan]) -> str:
+    """The spans in the OTLP/JSON encoding, one ExportTraceServiceRequest of at most BATCH spans per line (the
+    layout of the OpenTelemetry collector's file exporter; ids in hex, as OTLP/JSON requires), so a file can be
+    replayed to any collector or read without one."""
+    import base64
+
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    def hex_ids(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: (base64.b64decode(v).hex() if k in ("traceId", "spanId", "parentSpanId") and v else hex_ids(v))
+                    for k, v in node.items()}
+        return [hex_ids(v) for v in node] if isinstance(node, list) else node
+
+    lines = [json.dumps(hex_ids(MessageToDict(encode_spans(spans[i:i + BATCH]))), separators=(",", ":"))
+             for i in range(0, len(spans), BATCH)]
+    return "".join(line + "\n" for line in lines)

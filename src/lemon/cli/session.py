@@ -124,6 +124,7 @@ async def _execute(console: Console, pool: Pool, roles: RoleLibrary, spec: Spec,
     _show_result(console, result)
     for name, reason in progress.pruned.items():
         console.print(f"pruned: {name} ({reason})", markup=False, highlight=False)
+    result.trace.system.setdefault("pool_ref", opts.pool)  # what --pool named: `lemon explain TRACE` reloads it
     path = _save_trace(result, opts.trace_dir or runs_dir())
     console.print(f"trace: {path}", markup=False, highlight=False)
     if result.status != "ok":
@@ -170,9 +171,9 @@ def _orchestrator(name: str, pool: Pool, roles: RoleLibrary, level: str | None) 
 
 def vote_key_for(kind: object) -> Any:
     """How a `majority_vote` agent compares answers for a task of this kind (None: whole texts)."""
-    from lemon.bench.extract import extract_choice, extract_number
+    from lemon.bench.tracefile import vote_key
 
-    return {"number": extract_number, "choice": extract_choice}.get(str(kind))
+    return vote_key(str(kind))
 
 
 def _token_bound(orch: Any, task: str) -> int:

@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lemon.bench.methods import shown_level
+from lemon.bench.tracefile import open_source
 from lemon.cli.options import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_POOL,
@@ -27,6 +28,7 @@ from lemon.cli.options import (
     StoreOpt,
     consoles,
     opt,
+    output_file,
 )
 from lemon.errors import LemonError
 
@@ -41,41 +43,52 @@ def _store_path(store: Path | None) -> Path:
 
 
 def trace_cmd(
-    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
+    run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix) of the store, or a trace file or trace "
+                                               "id that `lemon run` printed.")],
     item_id: Annotated[str | None, typer.Argument(help="Item id, e.g. multiarith/12 (or 12); omit to list the "
-                                                        "run's items.")] = None,
+                                                        "run's items (a trace file has one, shown at once).")] = None,
     seed: Annotated[int, opt("seed", help="Seed of the replicate.")] = 0,
     store: StoreOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (the row, the agents, the raw trace).")] = False,
-    out: Annotated[Path | None, opt("out", help="Write the JSON here instead of printing.")] = None,
+    out: Annotated[Path | None, opt("out", help="Folder to write the JSON into (trace-RUN.json) instead of "
+                                                "printing.")] = None,
+    file: Annotated[Path | None, opt("file", help="File to write the JSON to instead of printing.")] = None,
 ) -> None:
     """One evaluated item: task, gold, prediction, each agent's prompt, output and tokens; or the run's items.
 
     With ITEM_ID: the task, gold, prediction, each agent's prompt, output, model and tokens, and the stop event;
-    without it, the run's items."""
+    without it, the run's items. A `lemon run` trace (file or id) is a run of one item."""
     from lemon.bench.itemview import item_payload, resolve_item
-    from lemon.bench.store import open_existing_store
 
     console = consoles().out
-    with open_existing_store(_store_path(store)) as db:
-        run = db.resolve_run(run_id)
-        if item_id is None:
+    with open_source(run_id, _store_path(store)) as src:
+        db, run = src.db, _chosen_run(src, run_id)
+        single = src.trace_path is not None
+        target = output_file(out, file, f"trace-{run.run_id[:16]}.json")
+        if item_id is None and not single:
             rows = db.items(run.run_id)
-            if as_json or out is not None:
-                _emit_json(console, [item_payload(run, r, None)["item"] for r in rows], out)
+            if as_json or target is not None:
+                _emit_json(console, [item_payload(run, r, None)["item"] for r in rows], target)
             else:
                 console.print(_items_table(run, rows))
             return
-        row = resolve_item(db, run, item_id, seed)
+        row = db.items(run.run_id)[0] if item_id is None else resolve_item(db, run, item_id, seed)
         trace = db.trace(run.run_id, row.item_id, row.seed)
     payload = item_payload(run, row, trace)
-    if as_json or out is not None:
-        _emit_json(console, payload, out)
+    if as_json or target is not None:
+        _emit_json(console, payload, target)
         return
     if trace is None:
         raise LemonError(f"item {row.item_id} seed {row.seed} of run {run.run_id} has no stored trace (runs made "
                          "before traces moved into the store have none); re-run it with `lemon eval`")
     console.print(render_item(payload))
+
+
+def _chosen_run(src: Any, target: str) -> Any:
+    """The run a command needs; a store file given where a run was expected is one line."""
+    if src.run is None:
+        raise LemonError(f"{target} is a results store, not a run; name a run of it: lemon runs --store {target}")
+    return src.run
 
 
 def _emit_json(console: Console, data: Any, out: Path | None) -> None:
@@ -167,8 +180,10 @@ def _agent_panel(a: dict[str, Any]) -> Panel:
 
 
 def explain_cmd(
-    target: Annotated[str, typer.Argument(help="A run id (or unique prefix) of the store, or a spec file.")],
-    item: Annotated[str, typer.Argument(help="The item id of the run (e.g. multiarith/12), or the task text.")],
+    target: Annotated[str, typer.Argument(help="A run id (or unique prefix) of the store, a trace file or trace id "
+                                               "of `lemon run`, or a spec file.")],
+    item: Annotated[str | None, typer.Argument(help="The item id of the run (e.g. multiarith/12), or the task text "
+                                                    "of a spec file (a trace has one item).")] = None,
     seed: Annotated[int, opt("seed", help="Seed of the replicate (or of the spec's run).")] = 0,
     store: StoreOpt = None,
     max_edits: Annotated[int | None, typer.Option(help="Run at most this many edits.")] = None,
@@ -176,7 +191,8 @@ def explain_cmd(
                                                            "would pass this.")] = None,
     data_dir: DataDirOpt = None,
     pool: Annotated[str, opt("pool", help="Pool for a spec file (a run uses its own).")] = DEFAULT_POOL,
-    gold: Annotated[str | None, typer.Option(help="Gold number for a spec file's task (scores the edits).")] = None,
+    gold: Annotated[str | None, typer.Option(help="Gold answer of a spec file's or a trace's task (scores the "
+                                                  "edits).")] = None,
     max_tokens: Annotated[int, opt("max_tokens", help="Max new tokens per worker call (spec file; a run uses its "
                                    "own).")] = DEFAULT_MAX_TOKENS,
     no_cache: NoCacheOpt = False,
@@ -197,12 +213,16 @@ def explain_cmd(
     def on_edit(e: Any) -> None:
         err.print(Text(f"  {e.edit}: calls {e.calls}, cache hits {e.cache_hits}, right {e.correct}"))
 
-    if Path(target).is_file():
+    from lemon.bench.tracefile import looks_like_trace
+
+    if Path(target).is_file() and not looks_like_trace(Path(target)):
+        if item is None:
+            raise LemonError(f"explaining the spec file {target} needs the task text: lemon explain {target} \"TASK\"")
         att = _explain_spec_file(Path(target), item, pool, seed, gold, max_tokens, max_edits, budget_tokens,
                                  no_cache, on_plan, on_edit)
     else:
         att = _explain_stored(target, item, seed, store, data_dir, max_edits, budget_tokens, no_cache, on_plan,
-                              on_edit)
+                              on_edit, gold)
     if as_json:
         console.file.write(json.dumps(att.to_json(), ensure_ascii=False, indent=1, default=str) + "\n")
     else:
@@ -236,19 +256,21 @@ def _explain_spec_file(spec_path: Path, task: str, pool: str, seed: int, gold: s
     return asyncio.run(go())
 
 
-def _explain_stored(target: str, item: str, seed: int, store: Path | None, data_dir: Path | None,
+def _explain_stored(target: str, item: str | None, seed: int, store: Path | None, data_dir: Path | None,
                     max_edits: int | None, budget_tokens: int | None, no_cache: bool, on_plan: Any,
-                    on_edit: Any) -> Any:
+                    on_edit: Any, gold: str | None = None) -> Any:
     import asyncio
 
-    from lemon.bench.explain import explain_stored, plan_stored
+    from lemon.bench.explain import explain_stored, plan_stored, plan_trace
     from lemon.bench.itemview import resolve_item
-    from lemon.bench.store import open_existing_store
     from lemon.llm.pools import load_pool
 
-    with open_existing_store(_store_path(store)) as db:
-        run = db.resolve_run(target)
-        row = resolve_item(db, run, item, seed)
+    with open_source(target, _store_path(store)) as src:
+        db, run = src.db, _chosen_run(src, target)
+        if item is None and src.trace_path is None:
+            raise LemonError(f"name the item of run {run.run_id} to explain: lemon explain {target} ITEM "
+                             f"(list them with `lemon trace {target}`)")
+        row = db.items(run.run_id)[0] if item is None else resolve_item(db, run, item, seed)
         trace = db.trace(run.run_id, row.item_id, row.seed)
         if trace is None:
             raise LemonError(f"item {row.item_id} of run {run.run_id} has no stored trace; re-run it with lemon eval")
@@ -256,8 +278,12 @@ def _explain_stored(target: str, item: str, seed: int, store: Path | None, data_
 
         async def go() -> Any:
             try:
-                plan = plan_stored(run, row, trace, pool, data_dir=data_dir, max_edits=max_edits,
-                                   budget_tokens=budget_tokens)
+                if src.trace_path is not None:
+                    plan = plan_trace(run, row, trace, pool, gold=gold, max_edits=max_edits,
+                                      budget_tokens=budget_tokens)
+                else:
+                    plan = plan_stored(run, row, trace, pool, data_dir=data_dir, max_edits=max_edits,
+                                       budget_tokens=budget_tokens)
                 on_plan(plan.attribution)
                 return await explain_stored(db, plan, on_edit=on_edit)
             finally:
@@ -297,8 +323,8 @@ def _num(v: int | None, signed: bool = False) -> str:
 
 def view_cmd(
     target: Annotated[str | None, typer.Argument(
-        help="A results store file, a run id (or prefix) of --store, or a `lemon train` run directory; "
-             "default: the default store.")] = None,
+        help="A results store file, a run id (or prefix) of --store, a trace file or trace id of `lemon run`, or "
+             "a `lemon train` run directory; default: the default store.")] = None,
     store: StoreOpt = None,
     item: Annotated[str | None, typer.Option(help="Open the page on this item of the run.")] = None,
     seed: Annotated[int, opt("seed", help="Seed of --item.")] = 0,
@@ -306,37 +332,43 @@ def view_cmd(
     max_traces: Annotated[int, typer.Option(help="Traces embedded per run (the rest are listed, not shown).")] = 300,
     max_steps: Annotated[int, typer.Option(help="Training steps whose samples are embedded per run directory "
                                                 "(evenly spaced, first and last always).")] = 100,
-    out: Annotated[Path, opt("out", help="The HTML file to write.")] = Path("lemon-view.html"),
+    out: Annotated[Path | None, opt("out", help="Folder to write lemon-view.html into.")] = None,
+    file: Annotated[Path | None, opt("file", help="The HTML file to write (default ./lemon-view.html).")] = None,
 ) -> None:
     """Write a self-contained HTML page (works offline) showing runs, items, DAGs, diffs, attributions, training."""
-    from lemon.bench.itemview import resolve_item
-    from lemon.bench.store import open_existing_store
     from lemon.bench.view import write_atomic
-    from lemon.bench.view.build import store_page, training_page
+    from lemon.bench.view.build import training_page
 
     console = consoles().out
     if max_traces < 0 or max_steps < 0:
         raise LemonError("--max-traces and --max-steps must be 0 or more")
+    dest = output_file(out, file, "lemon-view.html") or Path("lemon-view.html")
     train_dirs = [Path(d) for d in train or ()]
     path = Path(target) if target is not None else None
     if path is not None and path.is_dir():
         html = training_page([path, *train_dirs], max_steps=max_steps)
     else:
-        is_store = path is not None and path.is_file()
-        with open_existing_store(path if is_store and path is not None else _store_path(store)) as db:
-            run_ids, focus = None, None
-            if target is not None and not is_store:
-                run = db.resolve_run(target)
-                run_ids = [run.run_id]
-                if item is not None:
-                    row = resolve_item(db, run, item, seed)
-                    focus = (run.run_id, row.item_id, row.seed)
-            elif item is not None:
-                raise LemonError("--item needs a run: lemon view RUN --item ITEM")
-            html = store_page(db, run_ids=run_ids, focus=focus, max_traces=max_traces, train_dirs=train_dirs,
-                              max_steps=max_steps)
-    write_atomic(out, html)
-    console.print(f"wrote {out} ({len(html) / 1e6:.1f} MB); open file://{out.resolve()}", highlight=False)
+        html = _store_html(target, store, item, seed, train_dirs, max_traces, max_steps)
+    write_atomic(dest, html)
+    console.print(f"wrote {dest} ({len(html) / 1e6:.1f} MB); open file://{dest.resolve()}", highlight=False)
+
+
+def _store_html(target: str | None, store: Path | None, item: str | None, seed: int, train_dirs: list[Path],
+                max_traces: int, max_steps: int) -> str:
+    """The page of a store, one of its runs, or a trace file (opened on its one item)."""
+    from lemon.bench.itemview import resolve_item
+    from lemon.bench.view.build import store_page
+
+    with open_source(target, _store_path(store)) as src:
+        db, run = src.db, src.run
+        focus = None
+        if run is not None and (item is not None or src.trace_path is not None):
+            row = resolve_item(db, run, item, seed) if item is not None else db.items(run.run_id)[0]
+            focus = (run.run_id, row.item_id, row.seed)
+        elif item is not None:
+            raise LemonError("--item needs a run: lemon view RUN --item ITEM")
+        return store_page(db, run_ids=[run.run_id] if run is not None else None, focus=focus, max_traces=max_traces,
+                          train_dirs=train_dirs, max_steps=max_steps, source=src.label)
 
 
 # ---- lemon export ---------------------------------------------------------------------------------------
@@ -345,64 +377,103 @@ export_app = LemonTyper(help="Export stored runs: OpenTelemetry (OTLP/HTTP), an 
                          no_args_is_help=True)
 
 
+RunOrTraceArg = Annotated[str, typer.Argument(help="Run id (or a unique prefix) of the store, or a trace file or "
+                                                    "trace id that `lemon run` printed.")]
+
+
 @export_app.command("otel")
 def export_otel_cmd(
-    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
-    endpoint: Annotated[str, typer.Option(help="OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318/v1/traces "
-                                               "(nothing is sent anywhere else).")],
+    run_id: RunOrTraceArg,
+    endpoint: Annotated[str | None, typer.Option(help="OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318/v1/traces or "
+                                                      "Langfuse's https://cloud.langfuse.com/api/public/otel "
+                                                      "(nothing is sent anywhere else).")] = None,
+    header: Annotated[list[str] | None, typer.Option(help="NAME=VALUE sent with each request (repeatable), e.g. "
+                                                          "'Authorization=Basic <base64 of pk:sk>' for Langfuse; "
+                                                          "OTEL_EXPORTER_OTLP_HEADERS is read too.")] = None,
     item: Annotated[list[str] | None, typer.Option(help="Only these item ids (repeatable).")] = None,
     include_content: Annotated[bool, typer.Option("--include-content",
                                                   help="Add prompts and outputs as gen_ai.*.messages.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds per request to the endpoint.")] = 10.0,
     store: StoreOpt = None,
+    out: Annotated[Path | None, opt("out", help="Folder to write the spans into (otel-RUN.jsonl), instead of "
+                                                "sending them.")] = None,
+    file: Annotated[Path | None, opt("file", help="File to write the spans to as OTLP/JSON lines, instead of "
+                                                  "sending them.")] = None,
 ) -> None:
     """One OTel trace per item: a root span, an invoke_agent span per agent, chat spans with GenAI attributes."""
     try:
-        from lemon.bench.export_otel import export_otel
+        from lemon.bench.export_otel import build_spans, export_otel, otlp_headers, otlp_json_lines
     except ImportError as exc:
         raise LemonError(f"exporting to OpenTelemetry needs the [export] extra ({exc.name} is missing): "
                          "pip install -e '.[export]'") from None
-    from lemon.bench.store import open_existing_store
+    from lemon.bench.view import write_atomic
 
     console = consoles().out
-    with open_existing_store(_store_path(store)) as db:
-        run = db.resolve_run(run_id)
-        n = export_otel(db, run, endpoint, item_ids=item or None, include_content=include_content, timeout=timeout)
+    with open_source(run_id, _store_path(store)) as src:
+        run = _chosen_run(src, run_id)
+        dest = output_file(out, file, f"otel-{run.run_id[:16]}.jsonl")
+        if (dest is None) == (endpoint is None):
+            raise LemonError("say where the spans go: --endpoint URL (send) or --file FILE / --out DIR (write)")
+        if dest is not None:
+            spans = build_spans(src.db, run, item_ids=item or None, include_content=include_content)
+            write_atomic(dest, otlp_json_lines(spans))
+            console.print(f"wrote {dest} ({len(spans)} spans of run {run.run_id})", highlight=False)
+            return
+        assert endpoint is not None
+        n = export_otel(src.db, run, endpoint, item_ids=item or None, include_content=include_content,
+                        timeout=timeout, headers=otlp_headers(header or ()))
     console.print(f"sent {n} spans of run {run.run_id} to {endpoint}", highlight=False)
 
 
 @export_app.command("inspect")
 def export_inspect_cmd(
-    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix of it.")],
-    out: Annotated[Path, opt("out", help="The Inspect log file to write (.eval or .json).")],
+    run_id: RunOrTraceArg,
+    log_file: Annotated[Path | None, typer.Argument(help="The Inspect log file to write (.eval or .json).")] = None,
+    out: Annotated[Path | None, opt("out", help="Folder to write RUN.eval into.")] = None,
+    file: Annotated[Path | None, opt("file", help="The Inspect log file to write (.eval or .json).")] = None,
     store: StoreOpt = None,
 ) -> None:
-    """An evaluation run as an Inspect eval log (open it with `inspect view`)."""
+    """An evaluation run (or a `lemon run` trace) as an Inspect eval log (open it with `inspect view`)."""
     from lemon.bench.export_inspect import write_inspect_log
-    from lemon.bench.store import open_existing_store
 
     console = consoles().out
-    with open_existing_store(_store_path(store)) as db:
-        run = db.resolve_run(run_id)
-        n = write_inspect_log(db, run, out)
-    console.print(f"wrote {out} ({n} samples of run {run.run_id})", highlight=False)
+    if log_file is not None and file is not None:
+        raise LemonError("name the log file once: as the argument or with --file")
+    with open_source(run_id, _store_path(store)) as src:
+        run = _chosen_run(src, run_id)
+        dest = output_file(out, file or log_file, f"{run.run_id[:16]}.eval")
+        if dest is None:
+            raise LemonError("say where to write the log: lemon export inspect RUN FILE.eval (or --out DIR)")
+        n = write_inspect_log(src.db, run, dest)
+    console.print(f"wrote {dest} ({n} samples of run {run.run_id})", highlight=False)
 
 
 @export_app.command("csv")
 def export_csv_cmd(
-    out: Annotated[Path, opt("out", help="The CSV file to write.")],
-    run_ids: Annotated[list[str] | None, typer.Argument(help="Run ids or prefixes (default: every run).")] = None,
+    run_ids: Annotated[list[str] | None, typer.Argument(help="Run ids or prefixes, or `lemon run` trace files or "
+                                                             "ids (default: every run of the store).")] = None,
+    out: Annotated[Path | None, opt("out", help="Folder to write results.csv into.")] = None,
+    file: Annotated[Path | None, opt("file", help="The CSV file to write (default: print to stdout).")] = None,
     store: StoreOpt = None,
 ) -> None:
-    """One row per (run, item, seed): correctness, prediction, gold, tokens, status, latency."""
-    from lemon.bench.export_table import write_results_csv
-    from lemon.bench.store import open_existing_store
+    """One row per (run, item, seed): correctness, prediction, gold, tokens, status, latency (stdout by default)."""
+    from lemon.bench.export_table import results_csv
+    from lemon.bench.view import write_atomic
 
     console = consoles().out
-    with open_existing_store(_store_path(store)) as db:
-        runs = [db.resolve_run(r) for r in run_ids] if run_ids else db.runs()
-        n = write_results_csv(db, runs, out)
-    console.print(f"wrote {out} ({n} rows of {len(runs)} run(s))", highlight=False)
+    dest = output_file(out, file, "results.csv")
+    parts, n, n_runs = [], 0, 0
+    for target in run_ids or [None]:
+        with open_source(target, _store_path(store)) as src:
+            runs = [src.run] if src.run is not None else src.db.runs()
+            text, rows = results_csv(src.db, runs)
+        parts.append(text if not parts else text.split("\n", 1)[1])
+        n, n_runs = n + rows, n_runs + len(runs)
+    if dest is None:
+        console.file.write("".join(parts))
+        return
+    write_atomic(dest, "".join(parts))
+    console.print(f"wrote {dest} ({n} rows of {n_runs} run(s))", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

@@ -76,8 +76,9 @@ def _discordant(run_id: str, rows: dict[str, list[ItemRow]],
 
 def store_page(db: ResultsStore, *, run_ids: Sequence[str] | None = None, focus: tuple[str, str, int] | None = None,
                max_traces: int = DEFAULT_MAX_TRACES, train_dirs: Sequence[Path] = (),
-               max_steps: int = DEFAULT_MAX_STEPS) -> str:
-    """The page for the runs of a store (all, or `run_ids`), optionally opening on one item."""
+               max_steps: int = DEFAULT_MAX_STEPS, source: str | None = None) -> str:
+    """The page for the runs of a store (all, or `run_ids`), optionally opening on one item; `source` names
+    where the runs came from (default: the store's path; a `lemon run` trace file names itself)."""
     runs = [r for r in db.runs() if run_ids is None or r.run_id in run_ids]
     rows = {r.run_id: db.items(r.run_id) for r in runs}
     comparisons = _comparisons(runs, rows)
@@ -102,7 +103,7 @@ def store_page(db: ResultsStore, *, run_ids: Sequence[str] | None = None, focus:
                            for x in rows[r.run_id]]
     start = (f"#item/{_enc(focus[0])}/{_enc(focus[1])}/{focus[2]}" if focus else
              f"#run/{_enc(runs[0].run_id)}" if len(runs) == 1 else "#runs")
-    data = {"schema": 1, "source": str(db.path), "generated": _now(), "runs": [_run_json(r) for r in runs],
+    data = {"schema": 1, "source": source or str(db.path), "generated": _now(), "runs": [_run_json(r) for r in runs],
             "items": items, "compare": comparisons, "explanations": explanations, "explanations_by_run": by_run,
             "train": [training_data(d, traces, max_steps) for d in train_dirs], "start": start}
     return render_page(data, traces)

@@ -1,0 +1,188 @@
+"""A trace saved by `lemon run` / `lemon exec` as a one-item run, so every reader of stored runs reads it too.
+
+Why: `lemon trace`, `view`, `explain` and the exports were written against the results store, so the trace a
+`lemon run` prints (`LEMON_HOME/runs/trace-<id>.json`) could be opened by none of them. Rather than a second
+code path in each reader, the file is loaded into an in-memory results store holding one run (id = the trace
+id) with one item; the readers then work unchanged. A run has no gold answer: its row has `gold` None, which
+the readers show as "no gold" rather than right or wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lemon.bench.store import ItemRow, ResultsStore, RunInfo
+from lemon.errors import LemonError
+from lemon.paths import runs_dir
+
+TRACE_PREFIX = "trace-"
+_ID = re.compile(r"[0-9a-f]{4,32}")
+Extractor = Callable[[str], "str | None"]
+
+
+def answer_extractor(kind: str | None) -> Extractor | None:
+    """How the answer of a task of this kind is read from an agent's text (None: the whole text is the answer)."""
+    from lemon.bench.extract import extract_choice, extract_code, extract_number
+
+    return {"number": extract_number, "choice": extract_choice, "code": extract_code}.get(str(kind))
+
+
+def vote_key(kind: str | None) -> Extractor | None:
+    """How a `majority_vote` of `lemon run` compares answers of this kind (None: whole texts, e.g. code)."""
+    return answer_extractor(kind) if kind in ("number", "choice") else None
+
+
+def extracted_answer(task: str, text: str) -> str | None:
+    """The answer in `text` for the kind `task` asks for (a number, a letter, code), or None if none is found."""
+    from lemon.orchestrator.template import task_kind
+
+    extract = answer_extractor(task_kind(task))
+    return extract(text) if extract is not None else (text.strip() or None)
+
+
+def is_trace(data: Any) -> bool:
+    """A runtime trace (not a spec, not another JSON document): it has a topology and an event list."""
+    return isinstance(data, dict) and isinstance(data.get("topology"), dict) and isinstance(data.get("events"), list)
+
+
+def read_trace(path: Path) -> dict[str, Any]:
+    """The trace in `path`; one line if the file is not JSON or not a LEMON trace."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise LemonError(f"{path} is not a readable trace ({' '.join(str(exc).split())[:120]}); pass the "
+                         "trace-<id>.json that `lemon run` printed") from None
+    if not is_trace(data):
+        raise LemonError(f"{path} is JSON but not a LEMON trace (no topology and events); pass the "
+                         "trace-<id>.json that `lemon run` printed")
+    return data
+
+
+def looks_like_trace(path: Path) -> bool:
+    """Whether `path` is a trace file (cheap for the common cases: a store, a spec YAML, a folder)."""
+    if not path.is_file() or path.suffix != ".json":
+        return False
+    try:
+        return is_trace(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+
+
+def find_trace(selector: str, folder: Path | None = None) -> Path | None:
+    """The trace file `selector` names: a path to one, or a trace id (or unique prefix of 4+ characters) of
+    a trace in `folder` (default LEMON_HOME/runs). None when nothing matches; one line when several do."""
+    path = Path(selector).expanduser()
+    if looks_like_trace(path):
+        return path
+    name = selector.removeprefix(TRACE_PREFIX).removesuffix(".json")
+    if not _ID.fullmatch(name):
+        return None
+    where = folder or runs_dir()
+    found = sorted(where.glob(f"{TRACE_PREFIX}{name}*.json")) if where.is_dir() else []
+    if len(found) > 1:
+        raise LemonError(f"trace id prefix {name!r} matches {len(found)} traces in {where} "
+                         f"({', '.join(p.name for p in found[:3])}); give more characters")
+    return found[0] if found else None
+
+
+def _levels_used(trace: dict[str, Any]) -> str:
+    """The capacity levels the run's agents used, weakest first (a run chooses them per agent)."""
+    order = list((trace.get("system") or {}).get("levels") or [])
+    used = {str(a.get("capacity")) for a in (trace.get("topology") or {}).get("agents") or []}
+    ranked = sorted(used, key=lambda lv: (order.index(lv) if lv in order else len(order), lv))
+    return "+".join(ranked) or "-"
+
+
+def trace_run(trace: dict[str, Any], path: Path) -> RunInfo:
+    """The run a trace file stands for: its id is the trace id, its method how the spec was written."""
+    from lemon.orchestrator.template import task_kind
+
+    system = trace.get("system") or {}
+    orch = next((e for e in trace.get("events") or [] if e.get("type") == "orchestrator_decision"), None)
+    mtime = path.stat().st_mtime
+    return RunInfo(run_id=str(trace.get("trace_id") or path.stem.removeprefix(TRACE_PREFIX)), benchmark="run",
+                   split=task_kind(str(trace.get("task") or "")), method=str(orch.get("source")) if orch else "exec",
+                   pool=str(system.get("pool_ref") or system.get("pool") or "-"), level=_levels_used(trace),
+                   seeds=1, n_items=1, config={k: system.get(k) for k in ("temperature", "max_tokens")},
+                   created=mtime, updated=mtime)
+
+
+def trace_row(trace: dict[str, Any], path: Path, text: str) -> ItemRow:
+    """The one (item, seed) row of a trace file: the extracted answer as prediction, no gold."""
+    from lemon.bench.itemview import stop_event
+
+    metrics, costs, system = trace.get("metrics") or {}, trace.get("costs") or {}, trace.get("system") or {}
+    status = str(metrics.get("status") or stop_event(trace).get("reason") or "ok")
+    output = str((trace.get("topology") or {}).get("output", ""))
+    answer = (trace.get("contents") or {}).get(output)
+    prediction = extracted_answer(str(trace.get("task") or ""), answer) if status == "ok" and answer else None
+    orch = next((e for e in trace.get("events") or [] if e.get("type") == "orchestrator_decision"), {})
+    return ItemRow(item_id=str(trace.get("task_id") or "task"), seed=int(system.get("seed") or 0),
+                   prediction=prediction, gold=None, correct=False, tokens=dict(metrics.get("tokens_by_agent") or {}),
+                   total_tokens=int(costs.get("tokens") or 0), latency_s=float(costs.get("wall_clock_s") or 0.0),
+                   trace_id=str(trace.get("trace_id") or ""), status=status,
+                   stop_reason=str(stop_event(trace).get("detail") or "") or None,
+                   orchestrator_tokens=int(orch.get("tokens") or 0), created=path.stat().st_mtime, trace_json=text)
+
+
+def trace_store(path: Path) -> tuple[ResultsStore, RunInfo]:
+    """An in-memory results store holding the trace file at `path` as one run of one item."""
+    trace = read_trace(path)
+    run = trace_run(trace, path)
+    db = ResultsStore(":memory:")
+    db.ensure_run(run.run_id, benchmark=run.benchmark, split=run.split, method=run.method, pool=run.pool,
+                  level=run.level, seeds=1, n_items=1, config=run.config)
+    db.put(run.run_id, trace_row(trace, path, json.dumps(trace, ensure_ascii=False, separators=(",", ":"))))
+    stored = db.run(run.run_id)
+    assert stored is not None
+    return db, stored
+
+
+class Source:
+    """What a reader command was pointed at: a results store (and maybe one of its runs), or a trace file."""
+
+    def __init__(self, db: ResultsStore, run: RunInfo | None, trace_path: Path | None = None) -> None:
+        self.db, self.run, self.trace_path = db, run, trace_path
+
+    @property
+    def label(self) -> str:
+        """What the page or message names as the source."""
+        return str(self.trace_path or self.db.path)
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.db.close()
+
+
+def open_source(target: str | None, store: Path) -> Source:
+    """The store or trace file `target` names: a trace file (path or trace id of `lemon run`), a store file, or
+    a run id (or unique prefix) of `store`; None: `store` with no run chosen. Run ids of the store win over
+    trace ids; a name that is neither is one line naming both places looked in."""
+    from lemon.bench.store import open_existing_store
+
+    if target is None:
+        return Source(open_existing_store(store), None)
+    path = Path(target).expanduser()
+    if path.is_file() and not looks_like_trace(path):
+        return Source(open_existing_store(path), None)
+    trace_path = find_trace(target)
+    if store.is_file() and (trace_path is None or not path.is_file()):
+        db = open_existing_store(store)
+        try:
+            return Source(db, db.resolve_run(target))
+        except LemonError:
+            db.close()
+            if trace_path is None:
+                raise
+    if trace_path is None:
+        raise LemonError(f"no run or trace {target!r}: no results store at {store} and no {TRACE_PREFIX}{target}*.json "
+                         f"in {runs_dir()}; pass a trace file or trace id that `lemon run` printed, or a run id of "
+                         "`lemon runs --store FILE`")
+    db, run = trace_store(trace_path)
+    return Source(db, run, trace_path)
