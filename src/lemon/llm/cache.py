@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from lemon.errors import StorageError
+from lemon.errors import BackendError, StorageError
 from lemon.llm.base import Backend, ChatRequest, Completion, request_key
 from lemon.paths import ensure_dir
 
@@ -120,3 +120,28 @@ class CachedBackend:
 
     async def aclose(self) -> None:
         await self.inner.aclose()
+
+
+class CacheOnlyBackend:
+    """The inner backend of an offline pool: every request must be answered by the cache in front of it.
+
+    The LLM cache is the sample bank (an agent's sampling seed depends on its role and rank, not its team:
+    `runtime.executor.sample_slot`), so replaying teams made of banked agents through an offline pool is exact
+    and costs no model call; a request the bank lacks is a one-line error instead of a silent 20 s call."""
+
+    def __init__(self, model_id: str) -> None:
+        self._model_id = model_id
+
+    @property
+    def model_id(self) -> str:
+        return self._model_id
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        raise BackendError(f"{self._model_id}: this request is not in the LLM cache (an offline pool answers only "
+                           "from it); build the sample bank first (experiments/adaptive_cpu.sh bank)")
+
+    async def prepare(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        return None

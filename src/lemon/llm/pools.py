@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from lemon.errors import ConfigError
 from lemon.llm.base import Backend, GenParams
-from lemon.llm.cache import CachedBackend, SQLiteCache
+from lemon.llm.cache import CachedBackend, CacheOnlyBackend, SQLiteCache
 from lemon.llm.pool import Level, Pool
 from lemon.paths import llm_cache_path
 from lemon.yamlfile import load_yaml
@@ -188,9 +188,13 @@ def _make_backend(lv: LevelConfig) -> Backend:
                            hold_after_calls=lv.hold_after_calls)
 
 
-def load_pool(name_or_path: str, *, cache: bool = True, cache_path: Path | None = None) -> Pool:
-    """Build the pool's backends (models load lazily on first call)."""
+def load_pool(name_or_path: str, *, cache: bool = True, cache_path: Path | None = None,
+              offline: bool = False) -> Pool:
+    """Build the pool's backends (models load lazily on first call). `offline`: answer only from the LLM cache
+    (the sample bank, see `CacheOnlyBackend`); no model is loaded or called."""
     cfg = read_pool_config(name_or_path)
+    if offline and not cache:
+        raise ConfigError("an offline pool answers from the LLM cache: it cannot be combined with --no-cache")
     sqlite = SQLiteCache(cache_path or llm_cache_path()) if cache else None
     shared: dict[tuple[Any, ...], Backend] = {}
     levels: list[Level] = []
@@ -198,6 +202,8 @@ def load_pool(name_or_path: str, *, cache: bool = True, cache_path: Path | None 
         key = (lv.backend, lv.model, lv.base_url, lv.n_ctx, lv.n_threads, lv.latency_s, lv.hold_file)
         if key not in shared:
             backend = _make_backend(lv)
+            if offline:
+                backend = CacheOnlyBackend(backend.model_id)
             shared[key] = CachedBackend(backend, sqlite) if sqlite is not None else backend
         # An embedded model runs one call at a time however many levels share it.
         concurrency = 1 if lv.backend == "embedded" else lv.concurrency

@@ -1,0 +1,176 @@
+"""Every stop-rule team replayed from the sample bank: accuracy, tokens, paired tests, and the per-item oracle.
+
+The bank is the LLM cache that `experiments/adaptive_cpu.sh bank` fills (sc-cot with 5 voters at one level).
+Each team below is run by the real Executor on an OFFLINE pool (`load_pool(..., offline=True)`), so its result
+is exactly what `lemon eval` would give it, at no model call; a request the bank lacks is an error. The
+(item, seed) pairs are those the store's 5-voter sc-cot run holds, so every team is paired with every other.
+
+Also printed: the per-item oracle (the cheapest team that is right on each item, else the cheapest team), an
+upper bound on what choosing a team per item can reach with these teams, and how the stopping point of
+`agree 2 of 5` tracks item difficulty (the share of the 5 voters that are wrong).
+Usage: python experiments/stop_rules_table.py [--store S] [--benchmarks svamp gsm8k] [--level large] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lemon.bench.baselines import baseline_spec
+from lemon.bench.datasets import load_split
+from lemon.bench.item import item_seed
+from lemon.bench.report import mcnemar_exact
+from lemon.bench.store import ResultsStore
+from lemon.bench.tasks import get_task
+from lemon.llm.pools import load_pool
+from lemon.paths import lemon_home
+from lemon.runtime import Executor
+from lemon.spec.model import Spec, StopRule
+from lemon.spec.roles import RoleLibrary
+
+# (voters, rule): the teams made of the bank's voters, cheapest shapes first.
+TEAMS: dict[str, tuple[int, StopRule | None]] = {
+    "cot (voter 1)": (1, None),
+    "sc-cot 3": (3, None),
+    "sc-cot 5": (5, None),
+    "agree 2 of 3": (3, StopRule(agree=2)),
+    "agree 2 of 5 (esc)": (5, StopRule(agree=2)),
+    "agree 3 of 5": (5, StopRule(agree=3)),
+    "confidence 0.8 of 5": (5, StopRule(confidence=0.8)),
+    "confidence 0.95 of 5 (asc)": (5, StopRule(confidence=0.95)),
+}
+
+
+@dataclass
+class Outcome:
+    correct: dict[tuple[str, int], bool] = field(default_factory=dict)
+    tokens: dict[tuple[str, int], int] = field(default_factory=dict)
+    voters: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+def team_spec(kind: str, level: str, voters: int, rule: StopRule | None) -> Spec:
+    if voters == 1:
+        return baseline_spec("cot", kind, level=level)  # the same request as sc-cot's first voter
+    spec = baseline_spec("sc-cot", kind, level=level, n=voters)
+    vote = spec.agents[-1].model_copy(update={"stop": rule})
+    return spec.model_copy(update={"agents": (*spec.agents[:-1], vote)})
+
+
+def bank_run(store: ResultsStore, benchmark: str, level: str) -> tuple[str, dict[str, object]]:
+    """The 5-voter sc-cot run of `benchmark` at `level` (the bank's), and its config."""
+    for run in store.runs():
+        config = json.loads(store._rows("SELECT config_json FROM runs WHERE run_id = ?", (run.run_id,))[0][0])
+        if (run.benchmark, run.method, run.level) == (benchmark, "sc-cot", level) and config.get("n_agents") == 5:
+            return run.run_id, config
+    raise SystemExit(f"no 5-voter sc-cot run of {benchmark} at {level} in the store: run the bank stage first")
+
+
+Replay = tuple[dict[str, "Outcome"], dict[tuple[str, int], int]]
+
+
+async def replay(benchmark: str, level: str, store: ResultsStore) -> Replay:
+    """Every team of TEAMS on every (item, seed) the bank holds, through an offline pool; and per pair, how many
+    of the 5 voters are wrong on their own (the item's difficulty)."""
+    run_id, config = bank_run(store, benchmark, level)
+    task, roles = get_task(benchmark), RoleLibrary.load()
+    pool = load_pool("cpu", offline=True)
+    max_tokens = config.get("max_tokens")
+    params = pool.params(temperature=float(config["temperature"]),  # type: ignore[arg-type]
+                         max_tokens=None if max_tokens is None else int(max_tokens))  # type: ignore[call-overload]
+    executor = Executor(pool, roles, params=params)
+    items = {str(i.id): i for i in load_split(benchmark, "test")}
+    specs = {name: team_spec(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()}
+    out = {name: Outcome() for name in TEAMS}
+    wrong: dict[tuple[str, int], int] = {}
+    for item_id, seed in sorted(store.done_keys(run_id)):
+        item = items[item_id]
+        for name, spec in specs.items():
+            result = await executor.run(spec, task.format_prompt(item), seed=item_seed(benchmark, item.id, seed),
+                                        vote_key=lambda text, it=item: task.extract(text, it))
+            if result.status != "ok":
+                raise SystemExit(f"{benchmark} {item_id} seed {seed} {name}: {result.stop_reason}")
+            pred = task.extract(result.answer, item)
+            key = (item_id, seed)
+            out[name].correct[key] = pred is not None and bool(task.check(pred, item))
+            out[name].tokens[key] = result.total_tokens
+            out[name].voters[key] = sum(1 for a in result.tokens_by_agent if a != "vote")
+            if name == "sc-cot 5":
+                answers = [task.extract(t, item) for a, t in result.outputs.items() if a != "vote"]
+                wrong[key] = sum(not (x is not None and task.check(x, item)) for x in answers)
+    return out, wrong
+
+
+def oracle(outcomes: dict[str, Outcome]) -> Outcome:
+    """Per (item, seed): the cheapest team that is right, else the cheapest team."""
+    best = Outcome()
+    for key in outcomes["sc-cot 5"].correct:
+        ranked = sorted(outcomes, key=lambda n: (not outcomes[n].correct[key], outcomes[n].tokens[key]))
+        best.correct[key] = outcomes[ranked[0]].correct[key]
+        best.tokens[key] = outcomes[ranked[0]].tokens[key]
+        best.voters[key] = outcomes[ranked[0]].voters[key]
+    return best
+
+
+def accuracy(o: Outcome) -> str:
+    by_seed: dict[int, list[bool]] = defaultdict(list)
+    for (_, seed), ok in o.correct.items():
+        by_seed[seed].append(ok)
+    accs = [100 * sum(v) / len(v) for v in by_seed.values()]
+    sd = statistics.stdev(accs) if len(accs) > 1 else 0.0
+    return f"{statistics.mean(accs):.1f} ± {sd:.1f}"
+
+
+def paired(a: Outcome, b: Outcome) -> str:
+    only_a = sum(a.correct[k] and not b.correct[k] for k in a.correct)
+    only_b = sum(b.correct[k] and not a.correct[k] for k in a.correct)
+    return f"{only_a}/{only_b}, p = {mcnemar_exact(only_a, only_b):.2g}"
+
+
+def table(benchmark: str, outcomes: dict[str, Outcome], wrong: dict[tuple[str, int], int]) -> list[str]:
+    full, single = outcomes["sc-cot 5"], outcomes["cot (voter 1)"]
+    pairs = len(full.correct)
+    seeds = sorted({s for _, s in full.correct})
+    lines = [f"### {benchmark} `test`: {pairs} (item, seed) pairs, seeds {seeds}, replayed from the sample bank",
+             "", "| team | accuracy % | worker tokens / item | voters run | vs sc-cot 5 | vs cot |",
+             "|---|---|---|---|---|---|"]
+    for name, o in [*outcomes.items(), ("per-item oracle (upper bound)", oracle(outcomes))]:
+        lines.append(f"| {name} | {accuracy(o)} | {statistics.mean(o.tokens.values()):.0f} | "
+                     f"{statistics.mean(o.voters.values()):.2f} | {paired(o, full)} | {paired(o, single)} |")
+    return [*lines, "", *difficulty_lines(outcomes["agree 2 of 5 (esc)"], wrong)]
+
+
+def difficulty_lines(esc: Outcome, wrong: dict[tuple[str, int], int]) -> list[str]:
+    """How many voters `agree 2 of 5` ran, by the item's difficulty (how many of the 5 voters are wrong alone)."""
+    buckets: dict[int, list[int]] = defaultdict(list)
+    for key, n_wrong in wrong.items():
+        buckets[n_wrong].append(esc.voters[key])
+    rows = [f"| {k} of 5 | {len(v)} | {statistics.mean(v):.2f} |" for k, v in sorted(buckets.items())]
+    return ["| voters wrong | pairs | voters agree-2-of-5 ran |", "|---|---|---|", *rows, ""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--store", type=Path, default=lemon_home() / "adaptive-cpu.sqlite")
+    ap.add_argument("--benchmarks", nargs="+", default=["svamp", "gsm8k"])
+    ap.add_argument("--level", default="large")
+    ap.add_argument("--json", type=Path, help="also write every team's per-pair results here")
+    args = ap.parse_args()
+    dump: dict[str, object] = {}
+    with ResultsStore(args.store) as store:
+        for bench in args.benchmarks:
+            outcomes, wrong = asyncio.run(replay(bench, args.level, store))
+            print("\n".join(table(bench, outcomes, wrong)))
+            dump[bench] = {n: {"correct": {f"{k[0]}#{k[1]}": v for k, v in o.correct.items()},
+                               "tokens": {f"{k[0]}#{k[1]}": v for k, v in o.tokens.items()}}
+                           for n, o in outcomes.items()}
+    if args.json:
+        args.json.write_text(json.dumps(dump, indent=1))
+
+
+if __name__ == "__main__":
+    main()
