@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from lemon.bench.report import build_report, dominated_by, mcnemar_exact, paired_compare, run_stats
+from lemon.bench.report import build_report, dominated_by, dominates, mcnemar_exact, paired_compare, run_stats
 from lemon.bench.store import ItemRow, ResultsStore, RunInfo
 from lemon.errors import LemonError
+from lemon.llm.models import parameters_b
 from tests.cli.test_cli_core import assert_clean_error, lemon
 
 
@@ -171,7 +175,7 @@ def test_front_names_the_runs_both_more_accurate_and_cheaper(tmp_path: Path) -> 
 
     with ResultsStore(tmp_path / "r.sqlite") as store:
         _fill(store, "cheap", "vanilla", table(7), 2, 280)
-        _fill(store, "tied", "cot", table(7), 2, 300)        # as accurate as vanilla, dearer: still on the front
+        _fill(store, "tied", "cot", table(7), 2, 300)        # as accurate as vanilla, dearer: dominated (Pareto)
         _fill(store, "worse", "chain", table(5), 2, 290)     # vanilla is more accurate AND cheaper
         _fill(store, "best", "sc-cot", table(8), 2, 900)     # most accurate: on the front whatever it costs
         _fill(store, "other", "tree", table(2, seeds=1), 1, 10)  # other seeds: not comparable
@@ -182,7 +186,30 @@ def test_front_names_the_runs_both_more_accurate_and_cheaper(tmp_path: Path) -> 
         stats = {s.run.run_id: s for s in report.stats}
     beaten = dominated_by(list(stats.values()))
     assert {k: [q.run.run_id for q in v] for k, v in beaten.items()} == {
-        "cheap": [], "tied": [], "worse": ["cheap"], "best": [], "other": []}
+        "cheap": [], "tied": ["cheap"], "worse": ["cheap"], "best": [], "other": []}
     front = report.markdown.split("Accuracy-tokens front (test, pool tiny, 8 items x 2 seeds)")[1]
-    assert "| chain | medium | 62.50 ± 0.00 | 290.0 | no: dominated by vanilla@medium |" in front
-    assert front.count("**on the front**") == 3 and "| random |" not in front and "| tree |" not in front
+    assert "| chain | medium | 62.50 ± 0.00 | 290.0 | 0.0 | 290.0 | n/a | no: dominated by vanilla@medium |" in front
+    assert front.count("**on the front**") == 2 and "| random |" not in front and "| tree |" not in front
+
+
+points = st.lists(st.tuples(st.integers(0, 10), st.integers(0, 10)), min_size=1, max_size=12)
+
+
+@given(points)
+def test_the_front_is_exactly_the_points_no_other_point_dominates(pts: list[tuple[int, int]]) -> None:
+    """The standard Pareto rule: nothing on the front is dominated, everything off it is dominated by a point
+    ON the front, and equal points never dominate each other."""
+    front = [p for p in pts if not any(dominates(q, p) for q in pts)]
+    assert front
+    for p in pts:
+        assert not dominates(p, p)
+        if p not in front:
+            assert any(dominates(q, p) for q in front)
+    for a in front:
+        assert not any(dominates(b, a) for b in front)
+
+
+def test_cost_counts_the_orchestrator_and_sizes_come_from_model_names() -> None:
+    assert dominates((0.9, 100.0), (0.9, 101.0)) and not dominates((0.9, 100.0), (0.95, 120.0))
+    assert parameters_b("embedded:qwen2.5-coder-1.5b") == 1.5 and parameters_b("embedded:smollm2-135m") == 0.135
+    assert parameters_b("Qwen/Qwen2.5-32B-Instruct") == 32 and math.isnan(parameters_b("scripted-large"))

@@ -25,6 +25,7 @@ from lemon.bench.baselines import method_names
 from lemon.bench.methods import run_label, shown_level, uses_level
 from lemon.bench.store import ItemRow, ResultsStore, RunInfo
 from lemon.errors import LemonError
+from lemon.llm.models import parameters_b
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,14 @@ class RunStats:
     orchestrator_tokens_mean: float
     errors: int                   # rows whose status is not ok
     wall_s_mean: float = math.nan  # seconds per (item, seed), spec writing included (what one `lemon run` waits)
+    # Worker tokens weighted by each model's size in billions of parameters (the paper's cost measure); nan
+    # when a model's size cannot be read from its name.
+    param_tokens_mean: float = math.nan
+
+    @property
+    def cost(self) -> float:
+        """What a user pays in tokens per item: the workers' and the orchestrator's (its spec is tokens too)."""
+        return self.tokens_mean + self.orchestrator_tokens_mean
 
     @property
     def complete(self) -> bool:
@@ -70,7 +79,20 @@ def run_stats(run: RunInfo, rows: Sequence[ItemRow]) -> RunStats:
         orchestrator_tokens_mean=statistics.fmean(r.orchestrator_tokens for r in rows) if rows else 0.0,
         errors=sum(r.status != "ok" for r in rows),
         wall_s_mean=statistics.fmean(r.latency_s for r in rows) if rows else math.nan,
+        param_tokens_mean=statistics.fmean(_param_tokens(r) for r in rows) if rows else math.nan,
     )
+
+
+def _param_tokens(row: ItemRow) -> float:
+    """Σ over the row's agents of tokens x the agent model's parameters (billions); nan if one is unknown."""
+    if row.total_tokens and not row.tokens:
+        return math.nan  # a row that does not say which agents spent its tokens
+    total = 0.0
+    for t in row.tokens.values():
+        n = int(t.get("prompt", 0)) + int(t.get("completion", 0))
+        if n:
+            total += n * parameters_b(str(t.get("model") or ""))
+    return total
 
 
 def format_accuracy(stats: RunStats) -> str:
@@ -201,15 +223,22 @@ def _same_pairs(s: RunStats) -> tuple[object, ...]:
     return s.run.benchmark, s.run.split, s.run.pool, s.n_items, s.seeds
 
 
+def dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """The standard Pareto rule on (accuracy, cost): `a` is at least as accurate and at most as costly as `b`,
+    and strictly better in one of the two."""
+    return a[0] >= b[0] and a[1] <= b[1] and (a[0] > b[0] or a[1] < b[1])
+
+
 def dominated_by(stats: Sequence[RunStats]) -> dict[str, tuple[RunStats, ...]]:
-    """For every COMPLETE run, the complete runs that are both more accurate and cheaper in worker tokens.
+    """For every COMPLETE run, the complete runs that dominate it on (accuracy, cost) by the standard Pareto
+    rule, cost counting the orchestrator's tokens with the workers' (`RunStats.cost`).
 
     Runs are compared only on the same benchmark, split, pool, items and seeds (a run on other items is not
-    evidence). A run with no dominating run is on the accuracy-tokens front; partial runs are left out.
+    evidence). A run with no dominating run is on the accuracy-cost front; partial runs are left out.
     """
     done = [s for s in stats if s.complete and not math.isnan(s.accuracy_mean)]
     return {s.run.run_id: tuple(q for q in done if _same_pairs(q) == _same_pairs(s)
-                                and q.accuracy_mean > s.accuracy_mean and q.tokens_mean < s.tokens_mean)
+                                and dominates((q.accuracy_mean, q.cost), (s.accuracy_mean, s.cost)))
             for s in done}
 
 
@@ -224,13 +253,18 @@ def _render_front(stats: Sequence[RunStats]) -> list[str]:
         if len(group) < 2:
             continue
         lines += ["", f"### Accuracy-tokens front ({split}, pool {pool}, {n} items x {len(seeds)} seeds)", "",
-                  "A run is off the front when another run on the same items and seeds is both more accurate "
-                  "and cheaper in worker tokens (point estimates; the paired tests say which gaps are noise).",
-                  "", "| method | level | accuracy (%) | worker tokens / item | front |", "|---|---|---|---:|---|"]
-        for s in sorted(group, key=lambda g: g.tokens_mean):
+                  "A run is off the front when another run on the same items and seeds is at least as accurate "
+                  "and at most as costly, and strictly better in one (the standard Pareto rule; cost = worker + "
+                  "orchestrator tokens per item; point estimates: the paired tests say which gaps are noise). "
+                  "B-param x tokens weights each worker token by its model's size in billions of parameters.",
+                  "", "| method | level | accuracy (%) | worker tokens / item | orchestrator tokens / item "
+                  "| cost / item | B-param x tokens / item | front |", "|---|---|---|---:|---:|---:|---:|---|"]
+        for s in sorted(group, key=lambda g: g.cost):
             by = ", ".join(run_label(q.run.method, q.run.level) for q in beaten[s.run.run_id])
             level = shown_level(s.run.method, s.run.level)
             lines.append(f"| {s.run.method} | {level} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} "
+                         f"| {_fmt_tokens(s.orchestrator_tokens_mean)} | {_fmt_tokens(s.cost)} "
+                         f"| {_fmt_tokens(s.param_tokens_mean)} "
                          f"| {'no: dominated by ' + by if by else '**on the front**'} |")
     return lines
 

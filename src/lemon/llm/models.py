@@ -14,7 +14,9 @@ import hashlib
 import importlib.util
 import json
 import logging
+import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -224,3 +226,19 @@ def model_status(*, rehash: bool = False) -> list[ModelStatus]:
         except ModelFileError as exc:
             out.append(ModelStatus(m.id, False, False, 0, None, str(exc)))
     return out
+
+
+_SIZE = re.compile(r"(?<![0-9.])(\d+(?:\.\d+)?)([mb])(?![a-z])", re.IGNORECASE)
+
+
+def parameters_b(model_id: str) -> float:
+    """A model's size in billions of parameters, read from its name ("qwen2.5-coder-1.5b" -> 1.5,
+    "embedded:smollm2-135m" -> 0.135, "Qwen2.5-32B-Instruct" -> 32); nan when the name does not say.
+
+    Names are what every backend reports (an OpenAI-compatible server's model id too), and the families this
+    project pools state their size in them; the cost column is then n/a rather than wrong for one that does not."""
+    found = _SIZE.findall(model_id.rsplit("/", 1)[-1])
+    if not found:
+        return math.nan
+    number, unit = found[-1]
+    return float(number) / (1000.0 if unit.lower() == "m" else 1.0)
