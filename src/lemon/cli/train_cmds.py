@@ -48,7 +48,8 @@ def _progress(console: Any) -> Progress:
 
 def sft_cmd(
     out: Annotated[Path, opt("out", help="Output directory (model/, sft.json, sft_data.jsonl).")],
-    benchmark: Annotated[str, typer.Option(help="Benchmark whose TRAIN split supplies the tasks.")] = "gsm8k",
+    benchmark: Annotated[str, typer.Option(
+        help="Benchmark whose TRAIN split supplies the tasks, or a mixture: gsm8k,svamp,multiarith.")] = "gsm8k",
     teacher_pool: Annotated[str, typer.Option(help="Pool of the teacher: cpu, tiny or a pool YAML.")] = DEFAULT_POOL,
     teacher_level: Annotated[str, typer.Option(help="Teacher's level in that pool.")] = "large",
     teacher: Annotated[str, typer.Option(help="prompted: the prompted orchestrator at --teacher-level writes "
@@ -117,7 +118,8 @@ def _step_reporter(bar: Progress, steps: int) -> Any:
 
 def train_cmd(
     out: Annotated[Path, opt("out", help="Run directory (checkpoints, metrics, final/); --resume continues it.")],
-    benchmark: Annotated[str, typer.Option(help="Benchmark whose TRAIN split supplies the tasks.")] = "gsm8k",
+    benchmark: Annotated[str, typer.Option(
+        help="Benchmark whose TRAIN split supplies the tasks, or a mixture: gsm8k,svamp,multiarith.")] = "gsm8k",
     pool: Annotated[str, opt("pool", help="Worker pool: cpu, tiny, or a pool YAML file (tiny is faster, cpu "
                                           "is the pool lemon eval measures with).")] = DEFAULT_POOL,
     policy: Annotated[str | None, typer.Option(help="Initial policy (HF dir, e.g. the SFT model).")] = None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -64,12 +65,16 @@ def load_train_tasks(benchmark: str, *, split: str | None = None, limit: int | N
                      allow_eval_split: bool = False) -> tuple[str, list[TrainTask]]:
     """(split name, tasks) from the benchmark's training split (items offset..offset+limit, file order).
 
+    `benchmark` may be a comma-separated mixture (`gsm8k,svamp,multiarith`): see `_mixture`.
+
     Naming an evaluation split is refused unless `allow_eval_split` (only the held-out validity check of
     SFT output may look at other items, and it never trains on them).
     """
     from lemon.bench import splits
     from lemon.bench.datasets import load_split
 
+    if "," in benchmark:
+        return _mixture(benchmark, split=split, limit=limit, offset=offset, data_dir=data_dir)
     bench = _benchmark_task(benchmark)
     name = split or splits.train_split(benchmark)
     role = splits.get_split(benchmark, name).role
@@ -83,9 +88,30 @@ def load_train_tasks(benchmark: str, *, split: str | None = None, limit: int | N
     return name, [make_task(bench, it) for it in items]
 
 
+def _mixture(benchmarks: str, *, split: str | None, limit: int | None, offset: int,
+             data_dir: str | os.PathLike[str] | None) -> tuple[str, list[TrainTask]]:
+    """Tasks of several benchmarks' TRAIN splits (`limit` items of each from `offset`), interleaved one of each
+    in turn, so any prefix of the task list (what a short run sees) mixes them: a policy trained on easy and
+    hard benchmarks together must tell them apart to size its team (issue 24)."""
+    names = [b.strip() for b in benchmarks.split(",")]
+    if len(set(names)) != len(names) or not all(names):
+        raise LemonError(f"benchmark mixture {benchmarks!r}: name each benchmark once, e.g. gsm8k,svamp,multiarith")
+    if split is not None:
+        raise LemonError("a benchmark mixture trains on each benchmark's own train split; do not name a split")
+    parts = [load_train_tasks(b, limit=limit, offset=offset, data_dir=data_dir) for b in names]
+    mixed = [t for group in itertools.zip_longest(*(ts for _, ts in parts)) for t in group if t is not None]
+    return "+".join(name for name, _ in parts), mixed
+
+
 def split_record(benchmark: str, split: str, tasks: Sequence[TrainTask]) -> dict[str, Any]:
-    """What run.json records about the data: the split's definition and the exact item ids used."""
+    """What run.json records about the data: the split's definition and the exact item ids used (for a mixture,
+    one record per benchmark)."""
     from lemon.bench import splits
 
+    if "," in benchmark:
+        names, parts = benchmark.split(","), split.split("+")
+        return {"benchmark": benchmark, "split": split, "item_ids": [t.id for t in tasks],
+                "mixture": [split_record(b.strip(), sp, [t for t in tasks if t.id.startswith(f"{b.strip()}/")])
+                            for b, sp in zip(names, parts, strict=True)]}
     return {"benchmark": benchmark, "split": split, "definition": splits.split_definition(benchmark, split),
             "item_ids": [t.id for t in tasks]}
