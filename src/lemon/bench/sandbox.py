@@ -12,6 +12,8 @@ restores fork; `_socket` loads through `ExtensionFileLoader`). Containment now c
 - a private mount view: read-only /usr and the interpreter's prefix, a fresh /proc that shows only the
   sandbox, a minimal /dev, a size-limited private tmpfs at /tmp; no host /tmp, /home, /etc, /run or sockets;
 - no network (`--unshare-net`), an empty environment (bwrap itself gets only PATH), no host fds;
+- a seccomp filter refusing the calls that make memory outside RLIMIT_AS (memfd, SysV shm), and a cgroup v2
+  per check (`memory.max`, `pids.max`) where the machine offers a writable one (`sandbox_memory`);
 - inside, `sandbox_child` adds rlimits, Landlock where the kernel has it, and a Python-level second layer.
 
 Scoring: `run_humaneval` runs the completion and the upstream tests in TWO sandboxes joined by pipes; the
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from lemon.bench import sandbox_memory
 from lemon.bench.datasets import Item
 from lemon.bench.extract import humaneval_program
 from lemon.errors import LemonError
@@ -91,6 +94,15 @@ class Limits:
         return {"cpu_s": max(1, math.ceil(self.timeout_s)) + 1, "memory_bytes": int(self.memory_bytes),
                 "file_bytes": int(self.file_bytes), "max_tasks": int(self.max_tasks),
                 "landlock_abi": landlock_abi() if self.landlock else 0}
+
+    def memory_bound(self, cgroup: bool) -> int:
+        """The most host memory one sandbox can take (docs/sandbox.md). With a cgroup: its `memory.max`, all
+        memory of the check's sandboxes. Without: every task a process with its full address space and fds
+        full of kernel buffers (`sandbox_memory.FD_BUFFER_BYTES`), plus the tmpfs; memfd and SysV memory are
+        refused. A HumanEval check adds its tests' process (one more address space and fd buffers)."""
+        if cgroup:
+            return self.memory_bytes + self.tmp_bytes
+        return self.max_tasks * (self.memory_bytes + sandbox_memory.FD_BUFFER_BYTES) + self.tmp_bytes
 
 
 @functools.cache
@@ -156,8 +168,8 @@ def _parents(path: str) -> list[str]:
     return args
 
 
-def bwrap_command(bwrap: str, limits: Limits) -> list[str]:
-    """The full command line for one sandboxed `sandbox_child` process."""
+def bwrap_command(bwrap: str, limits: Limits, seccomp_fd: int | None = None) -> list[str]:
+    """The full command line for one sandboxed `sandbox_child` process (`seccomp_fd`: the filter's bytes)."""
     exe, binds = _interpreter()
     user = (["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"] if os.geteuid() == 0 else
             ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY), "--disable-userns"])
@@ -167,6 +179,7 @@ def bwrap_command(bwrap: str, limits: Limits) -> list[str]:
     child = os.path.realpath(Path(__file__).with_name("sandbox_child.py"))
     return [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "sandbox", *user, *mounts,
+            *([] if seccomp_fd is None else ["--seccomp", str(seccomp_fd)]),
             *_parents(CHILD_PATH), "--ro-bind", child, CHILD_PATH, "--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--size", str(int(limits.tmp_bytes)), "--tmpfs", "/tmp",
             "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv",
@@ -208,6 +221,9 @@ class _Session:
         self.deadline = time.monotonic() + limits.timeout_s
         self.procs: list[_Proc] = []
         self.fds: list[int] = []
+        # Both sandboxes of a check share one cgroup: it bounds all their memory (tmpfs pages included).
+        self.cgroup = sandbox_memory.new_check_cgroup(
+            limits.memory_bytes + limits.tmp_bytes, 2 * (limits.max_tasks + sandbox_memory.BWRAP_TASKS))
 
     def pipe(self) -> tuple[int, int]:
         r, w = os.pipe()
@@ -224,14 +240,20 @@ class _Session:
         """Start one sandboxed child with `cfg` on stdin; it inherits exactly `pass_fds`."""
         config = {**self.limits.child_config(), **cfg, "uid": _check_uid()}
         config_fd = _memfd("lemon-sandbox-config", marshal.dumps(config))
+        program = _seccomp_program()
+        filter_fd = None if program is None else _memfd("lemon-sandbox-seccomp", program)
         out, err = _memfd("lemon-sandbox-stdout"), _memfd("lemon-sandbox-stderr")
         self.fds += [out, err]
+        command = bwrap_command(self.bwrap, self.limits, filter_fd)
         try:
-            popen = subprocess.Popen(bwrap_command(self.bwrap, self.limits), stdin=config_fd, stdout=out,
-                                     stderr=err, env={"PATH": SANDBOX_PATH}, start_new_session=True,
-                                     close_fds=True, pass_fds=pass_fds)
+            popen = subprocess.Popen(command if self.cgroup is None else self.cgroup.wrap(command),
+                                     stdin=config_fd, stdout=out, stderr=err, env={"PATH": SANDBOX_PATH},
+                                     start_new_session=True, close_fds=True,
+                                     pass_fds=(*pass_fds, *([] if filter_fd is None else [filter_fd])))
         finally:
             os.close(config_fd)
+            if filter_fd is not None:
+                os.close(filter_fd)
         proc = _Proc(popen, out, err)
         self.procs.append(proc)
         return proc
@@ -260,13 +282,27 @@ class _Session:
     def __enter__(self) -> _Session:
         return self
 
+    def out_of_memory(self) -> bool:
+        return self.cgroup is not None and self.cgroup.out_of_memory()
+
     def __exit__(self, *exc: object) -> None:
         for proc in self.procs:
             self._kill(proc)
+        if self.cgroup is not None:
+            self.cgroup.close()
         for fd in self.fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.fds.clear()
+
+
+@functools.cache
+def _seccomp_program() -> bytes | None:
+    program = sandbox_memory.seccomp_program()
+    if program is None:
+        log.warning("sandbox: no seccomp filter for %s; memfd and SysV memory are not refused here "
+                    "(docs/sandbox.md)", os.uname().machine)
+    return program
 
 
 def _read_verdict(fd: int) -> str:
@@ -304,6 +340,9 @@ def _verdict(session: _Session, judge: _Proc, verdict: str, marker: str) -> Sand
     rc = judge.popen.returncode
     if rc == 0 and verdict == marker:
         return SandboxResult(True, "passed", "")
+    if session.out_of_memory():
+        limit = session.limits.memory_bytes + session.limits.tmp_bytes
+        return SandboxResult(False, "failed", f"memory limit of {limit >> 20} MiB exceeded (cgroup memory.max)")
     reason = _exit_reason(rc, session.limits.child_config())
     if reason is not None:
         return SandboxResult(False, reason[0], reason[1])

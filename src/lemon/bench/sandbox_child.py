@@ -38,6 +38,9 @@ MAX_MESSAGE_BYTES = 32 << 20
 HEADER_BYTES = 4
 MAX_ERROR_CHARS = 500
 MAX_DEPTH = 100
+# Every fd (open, or in flight over a Unix socket: the kernel caps those at RLIMIT_NOFILE too) can park up to
+# ~1 MiB of kernel buffers outside RLIMIT_AS (a pipe at pipe-max-size); few fds keep that small.
+MAX_FDS = 32
 
 BLOCKED_MODULES = ("ctypes", "_ctypes", "multiprocessing", "_multiprocessing", "pty", "ssl", "_ssl")
 DENIED_OS_FUNCTIONS = ("fork", "forkpty", "system", "popen", "execv", "execve", "execl", "execle", "execlp",
@@ -230,7 +233,7 @@ def set_limits(cfg: dict[str, Any]) -> None:
     for res, soft, hard in ((resource.RLIMIT_CPU, cpu, cpu + 1),
                             (resource.RLIMIT_AS, cfg["memory_bytes"], cfg["memory_bytes"]),
                             (resource.RLIMIT_FSIZE, cfg["file_bytes"], cfg["file_bytes"]),
-                            (resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_NOFILE, 64, 64),
+                            (resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_NOFILE, MAX_FDS, MAX_FDS),
                             (resource.RLIMIT_NPROC, cfg["max_tasks"], cfg["max_tasks"])):
         current = resource.getrlimit(res)[1]
         if current != resource.RLIM_INFINITY:
