@@ -106,3 +106,26 @@ def test_inverted_ordering_warns(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("WARNING", logger="lemon.train.config"):
         RewardConfig(agent_cost=0.1)
     assert "cheap wrong spec" in caplog.text
+
+
+def test_the_cost_can_count_model_size_and_the_orchestrator_s_spec() -> None:
+    """Issue 24: what a user pays. A 1.5B agent's token costs 1.5 B-param x tokens, a 0.135B one 0.135."""
+    from lemon.runtime.executor import RunResult
+    from lemon.runtime.trace import Trace
+    from lemon.spec.model import Agent, Spec
+    from lemon.train.config import RewardConfig
+    from lemon.train.rollout import run_cost, spec_cost
+
+    tokens = {"a": {"prompt": 60, "completion": 40, "model": "embedded:qwen2.5-coder-1.5b"},
+              "b": {"prompt": 100, "completion": 100, "model": "embedded:smollm2-135m"},
+              "vote": {"prompt": 0, "completion": 0, "model": "vote"}}
+    run = RunResult("x", "ok", "", tokens, {}, 0.0, Trace(), {}, 0, 0)
+    assert run_cost(run, RewardConfig()) == 300
+    assert run_cost(run, RewardConfig(cost="param_tokens")) == pytest.approx(100 * 1.5 + 200 * 0.135)
+    spec = Spec(agents=(Agent(name="a", role="math_solver", capacity="large"),), output="a")
+    assert spec_cost(spec, RewardConfig()) == 0.0
+    text_len = len("agents:\n  - name: a\n    role: math_solver\n    duty: \"\"\n    capacity: large\n"
+                   "    depends_on: []\noutput: a\n")
+    assert spec_cost(spec, RewardConfig(spec_chars_per_token=4.0)) == pytest.approx(text_len / 4)
+    assert spec_cost(spec, RewardConfig(spec_chars_per_token=4.0, cost="param_tokens")) == \
+        pytest.approx(text_len / 4 * 0.135)

@@ -43,6 +43,14 @@ class RewardConfig(_Strict):
     agent_cost: float = Field(default=0.01, ge=0.0)
     edge_cost: float = Field(default=0.005, ge=0.0)
     invalid_penalty: float = Field(default=-1.0, le=0.0)
+    # What the efficiency bonus counts as cost (issue 24: what a user pays). `worker_tokens`: every agent's
+    # tokens; `param_tokens`: each token weighted by its model's size in billions of parameters (the paper's
+    # measure; `token_ref` is then in B-param x tokens). `spec_chars_per_token`: also count the orchestrator's
+    # spec, estimated as its canonical text's length over this many characters per token (None: not counted),
+    # at `orchestrator_params_b` billions of parameters under `param_tokens`.
+    cost: Literal["worker_tokens", "param_tokens"] = "worker_tokens"
+    spec_chars_per_token: float | None = Field(default=None, gt=0.0)
+    orchestrator_params_b: float = Field(default=0.135, gt=0.0)
 
     def max_structure_cost(self) -> float:
         """The largest structure cost any valid spec can incur (MAX_AGENTS agents, a complete DAG)."""

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lemon.errors import SpecError
+from lemon.errors import LemonError, SpecError
+from lemon.llm.models import parameters_b
 from lemon.orchestrator.policy_prompt import strict_spec
 from lemon.runtime import Executor, NodeCache, RunResult
 from lemon.runtime.executor import derive_seed, required_agents
@@ -254,8 +256,34 @@ async def _false() -> bool:
 
 def _score(runs: Sequence[RunResult], correct: Sequence[bool], spec: Spec, cfg: RewardConfig) -> RewardBreakdown:
     success = sum(correct) / len(correct)
-    tokens = sum(r.total_tokens for r in runs) / len(runs)
+    tokens = sum(run_cost(r, cfg) for r in runs) / len(runs) + spec_cost(spec, cfg)
     return compute_reward(cfg, success=success, tokens=tokens, n_agents=len(spec.agents), n_edges=n_edges(spec))
+
+
+def run_cost(run: RunResult, cfg: RewardConfig) -> float:
+    """One execution's worker cost in the reward's unit: tokens, or tokens x model size (billions)."""
+    if cfg.cost == "worker_tokens":
+        return float(run.total_tokens)
+    return sum((t["prompt"] + t["completion"]) * _size(str(t.get("model") or "")) for t in run.tokens_by_agent.values())
+
+
+def spec_cost(spec: Spec, cfg: RewardConfig) -> float:
+    """The orchestrator's cost of writing `spec` (0 unless `spec_chars_per_token` is set)."""
+    if cfg.spec_chars_per_token is None:
+        return 0.0
+    tokens = len(render_spec(spec).text) / cfg.spec_chars_per_token
+    return tokens * (cfg.orchestrator_params_b if cfg.cost == "param_tokens" else 1.0)
+
+
+def _size(model: str) -> float:
+    """Billions of parameters read from the model's name; a vote (no model) costs nothing."""
+    size = parameters_b(model)
+    if math.isnan(size):
+        if model in ("vote", ""):
+            return 0.0
+        raise LemonError(f"reward cost param_tokens: the size of model {model!r} cannot be read from its name; "
+                         "use reward.cost worker_tokens")
+    return size
 
 
 def _read_completions(completions: Sequence[str], roles: RoleLibrary, levels: Sequence[str],
