@@ -56,7 +56,7 @@ class EditOutcome:
     delta_tokens: int | None = None  # tokens(edited) - tokens(original)
     spent_tokens: int | None = None  # tokens actually computed
     calls: int | None = None         # model calls made
-    cache_hits: int | None = None    # agents served from the node cache
+    cache_hits: int | None = None    # agents answered from a cache (node cache: no call; LLM cache)
     run_status: str | None = None
 
     @property
@@ -245,7 +245,8 @@ async def run_plan(executor: Executor, spec: Spec, task: str, seed: int, attribu
                                             vote_key=vote_key, task_id=attribution.item_id, node_cache=cache)
         e.prediction, e.correct = await _score(check, run.answer, run.status)
         e.status, e.run_status = "ran", run.status
-        e.tokens, e.spent_tokens, e.calls, e.cache_hits = run.total_tokens, run.spent_tokens, run.calls, run.cache_hits
+        e.tokens, e.spent_tokens, e.calls = run.total_tokens, run.spent_tokens, run.calls
+        e.cache_hits = run.cache_hits + run.llm_cache_hits  # agents answered from the node or the LLM cache
         e.delta_tokens = run.total_tokens - orig_tokens
         if orig_correct is not None and e.correct is not None:
             e.delta = float(orig_correct) - float(e.correct)
@@ -333,9 +334,17 @@ def plan_stored(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *
     attribution = Attribution(run_id=run.run_id, item_id=row.item_id, seed=row.seed, task=task,
                               spec=spec.model_dump(mode="json"),
                               original={"correct": row.correct, "prediction": row.prediction, "gold": row.gold,
-                                        "tokens": row.total_tokens},
+                                        "tokens": row.total_tokens, **_early_stops(trace)},
                               edits=edits)
     return StoredPlan(attribution, executor, spec, cache, seed, lambda text: task_def.extract(text, item), check)
+
+
+def _early_stops(trace: dict[str, Any]) -> dict[str, Any]:
+    """The original run's stop-rule decisions and the agents they left unrun (shown beside the attribution:
+    an edit of an agent that never ran changes nothing)."""
+    metrics = trace.get("metrics") or {}
+    stops = [e for e in trace.get("events") or [] if e.get("type") == "stop" and e.get("reason") == "stop_rule"]
+    return {"stop_rules": stops, "unrun_agents": list(metrics.get("unrun_agents") or ())} if stops else {}
 
 
 def gold_checker(kind: str, gold: str | None) -> Checker:
@@ -380,7 +389,7 @@ def plan_trace(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *,
     attribution = Attribution(run_id=run.run_id, item_id=row.item_id, seed=row.seed, task=task,
                               spec=spec.model_dump(mode="json"),
                               original={"correct": correct, "prediction": row.prediction, "gold": gold,
-                                        "tokens": row.total_tokens},
+                                        "tokens": row.total_tokens, **_early_stops(trace)},
                               edits=edits)
     return StoredPlan(attribution, executor, spec, cache, seed, vote_key(run.split), check)
 

@@ -74,8 +74,10 @@ def item_spans(tracer: trace_api.Tracer, run: RunInfo, row: ItemRow, trace: dict
         if a.model:
             attrs["gen_ai.request.model"] = a.model
         agent_span = tracer.start_span(f"invoke_agent {a.name}", context=root_ctx, start_time=_ns(s0), attributes=attrs)
-        if a.model and a.model != "vote":
-            _chat_span(tracer, agent_span, a, s0, s1, include_content)
+        if a.queued_s is not None:
+            agent_span.set_attribute("lemon.queued_s", a.queued_s)
+        if a.model and a.model != "vote":  # the model call itself: from leaving the level's queue to the answer
+            _chat_span(tracer, agent_span, a, start + a.sent_s if a.sent_s is not None else s0, s1, include_content)
         agent_span.end(end_time=_ns(s1))
     root.end(end_time=_ns(max(end, start)))
 

@@ -32,19 +32,29 @@ class AgentRecord:
     cached: bool | None = None
     start_s: float | None = None                # seconds since the run started (spawn event)
     end_s: float | None = None                  # (return event)
+    sent_s: float | None = None                 # when its call left the level's queue (return event's `sent`)
     prompt: tuple[dict[str, str], ...] | None = None
     output: str | None = None
     note: str | None = None                     # e.g. why it did not run
+    votes: dict[str, str | None] | None = None  # a vote agent: each voter's extracted answer
+    unrun: bool = False                         # needed, but a stop rule fired before it was
 
     @property
     def latency_s(self) -> float | None:
-        return None if self.start_s is None or self.end_s is None else round(self.end_s - self.start_s, 6)
+        """Seconds on the model (from leaving the queue to the answer); spawn to answer in older traces."""
+        begin = self.sent_s if self.sent_s is not None else self.start_s
+        return None if begin is None or self.end_s is None else round(self.end_s - begin, 6)
+
+    @property
+    def queued_s(self) -> float | None:
+        """Seconds waiting for a free slot of its level (and its budget) before the call was sent."""
+        return None if self.sent_s is None or self.start_s is None else round(self.sent_s - self.start_s, 6)
 
     def to_json(self) -> dict[str, Any]:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["depends_on"] = list(self.depends_on)
         d["prompt"] = list(self.prompt) if self.prompt is not None else None
-        d["latency_s"] = self.latency_s
+        d["latency_s"], d["queued_s"] = self.latency_s, self.queued_s
         return d
 
 
@@ -54,33 +64,52 @@ def _by_agent(events: list[dict[str, Any]], type_: str) -> dict[str, dict[str, A
 
 def agent_records(trace: dict[str, Any]) -> list[AgentRecord]:
     """The agents of the trace's spec in spec order, with what each did (None where the trace is silent)."""
-    topo = trace.get("topology") or {}
+    topo, metrics = trace.get("topology") or {}, trace.get("metrics") or {}
     events = trace.get("events") or []
     spawns, returns, despawns = (_by_agent(events, t) for t in ("spawn", "return", "despawn"))
-    skipped = set((trace.get("metrics") or {}).get("skipped_agents") or ()) | set(despawns)
-    by_agent_tokens = (trace.get("metrics") or {}).get("tokens_by_agent") or {}
+    unrun = set(metrics.get("unrun_agents") or ())
+    skipped = (set(metrics.get("skipped_agents") or ()) | set(despawns)) - unrun
+    by_agent_tokens = metrics.get("tokens_by_agent") or {}
     models = (trace.get("system") or {}).get("models") or {}
-    prompts = trace.get("prompts") or {}
-    contents = trace.get("contents") or {}
+    prompts, contents = trace.get("prompts") or {}, trace.get("contents") or {}
     out: list[AgentRecord] = []
     for a in topo.get("agents") or []:
         name = str(a["name"])
-        ret, spawn, tok = returns.get(name), spawns.get(name), by_agent_tokens.get(name) or {}
-        model = (ret or {}).get("model") or tok.get("model") or models.get(a.get("capacity"))
-        note = (despawns.get(name) or {}).get("reason") if name in skipped else None
-        if note is None and ret is None and name not in skipped:
+        ret, tok = returns.get(name) or {}, by_agent_tokens.get(name) or {}
+        note = (despawns.get(name) or {}).get("reason") if name in skipped | unrun else None
+        if note is None and not ret and name not in skipped:
             note = "did not run (the run stopped first)"
         prompt = prompts.get(name)
         out.append(AgentRecord(
             name=name, role=str(a.get("role", "")), duty=str(a.get("duty") or ""),
             capacity=str(a.get("capacity", "")), depends_on=tuple(a.get("depends_on") or ()),
-            live=name not in skipped, ran=ret is not None, model=model,
-            prompt_tokens=_int((ret or {}).get("prompt_tokens", tok.get("prompt"))),
-            completion_tokens=_int((ret or {}).get("completion_tokens", tok.get("completion"))),
-            tokens=_int((ret or {}).get("tokens")),
-            cached=(ret or {}).get("cached"), start_s=(spawn or {}).get("t"), end_s=(ret or {}).get("t"),
-            prompt=tuple(prompt) if prompt is not None else None, output=contents.get(name), note=note))
+            live=name not in skipped, ran=bool(ret), model=ret.get("model") or tok.get("model") or models.get(
+                a.get("capacity")),
+            prompt_tokens=_int(ret.get("prompt_tokens", tok.get("prompt"))),
+            completion_tokens=_int(ret.get("completion_tokens", tok.get("completion"))),
+            tokens=_int(ret.get("tokens")), cached=ret.get("cached"),
+            start_s=(spawns.get(name) or {}).get("t"), end_s=ret.get("t"), sent_s=ret.get("sent"),
+            prompt=tuple(prompt) if prompt is not None else None, output=contents.get(name), note=note,
+            votes=ret.get("votes"), unrun=name in unrun))
     return out
+
+
+def vote_tally(votes: dict[str, str | None]) -> list[tuple[str | None, list[str]]]:
+    """A vote's answers, most voters first (ties in voter order): (answer or None, [voters])."""
+    groups: dict[str | None, list[str]] = {}
+    for voter, answer in votes.items():
+        groups.setdefault(answer, []).append(voter)
+    return sorted(groups.items(), key=lambda kv: -len(kv[1]))
+
+
+def stop_rule_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each stop rule's decision (a `stop` event with reason stop_rule), before the run's own final stop."""
+    return [e for e in trace.get("events") or [] if e.get("type") == "stop" and e.get("reason") == "stop_rule"]
+
+
+def shown_status(status: str, prediction: str | None) -> str:
+    """The status a person reads: a run that finished without an answer to extract is not simply "ok"."""
+    return "no answer" if status == "ok" and prediction is None else status
 
 
 def _int(value: Any) -> int | None:
@@ -88,7 +117,8 @@ def _int(value: Any) -> int | None:
 
 
 def stop_event(trace: dict[str, Any]) -> dict[str, Any]:
-    """The run's `stop` event (reason and detail), or an empty dict for a trace without one."""
+    """The run's own final `stop` event (reason and detail), or an empty dict for a trace without one; a stop
+    rule's earlier `stop` events are `stop_rule_events`."""
     stops = [e for e in trace.get("events") or [] if e.get("type") == "stop"]
     return stops[-1] if stops else {}
 
@@ -123,8 +153,11 @@ def item_payload(run: RunInfo, row: ItemRow, trace: dict[str, Any] | None) -> di
     return {"run": {"run_id": run.run_id, "benchmark": run.benchmark, "split": run.split, "method": run.method,
                     "pool": run.pool, "level": run.level},
             "item": {"item_id": row.item_id, "seed": row.seed, "prediction": row.prediction, "gold": row.gold,
-                     "correct": row.correct, "status": row.status, "stop_reason": row.stop_reason,
+                     "correct": row.correct, "status": row.status, "shown_status": shown_status(row.status,
+                                                                                                row.prediction),
+                     "stop_reason": row.stop_reason,
                      "total_tokens": row.total_tokens, "orchestrator_tokens": row.orchestrator_tokens,
                      "latency_s": row.latency_s},
             "agents": [a.to_json() for a in agent_records(trace)] if trace else [],
+            "stop_rules": stop_rule_events(trace) if trace else [],
             "trace": trace}

@@ -401,6 +401,14 @@ class ResultsStore:
         return {(r["item_id"], int(r["seed"])): r["trace_json"] for r in rows
                 if (r["item_id"], int(r["seed"])) in wanted}
 
+    def task_texts(self, run_id: str, max_chars: int = 2000) -> dict[tuple[str, int], str]:
+        """The task text of each (item, seed) of a run, read inside SQLite (`lemon view` searches it for every
+        item without parsing the whole traces); at most `max_chars` of each, none for traces without one."""
+        rows = self._rows("SELECT item_id, seed, CASE WHEN json_valid(trace_json) THEN "
+                          "substr(json_extract(trace_json, '$.task'), 1, ?) END AS task FROM traces WHERE run_id = ?",
+                          (max_chars, run_id))
+        return {(r["item_id"], int(r["seed"])): r["task"] for r in rows if r["task"]}
+
     def count(self, run_id: str) -> int:
         return int(self._exec("SELECT COUNT(*) FROM items WHERE run_id = ?", (run_id,)).fetchone()[0])
 

@@ -103,14 +103,25 @@ def _emit_json(console: Console, data: Any, out: Path | None) -> None:
 
 
 def _items_table(run: Any, rows: list[Any]) -> Table:
+    from lemon.bench.itemview import shown_status
+
     table = Table(title=f"run {run.run_id}: {run.benchmark}/{run.split}, {run.method}, pool {run.pool}, "
                         f"level {shown_level(run.method, run.level)} ({len(rows)} rows)", title_justify="left")
     for col in ("item", "seed", "right", "prediction", "gold", "tokens", "status"):
         table.add_column(col, justify="right" if col in ("seed", "tokens") else "left", overflow="fold")
     for r in rows:
-        table.add_row(Text(r.item_id), str(r.seed), Text("yes", "green") if r.correct else Text("no", "red"),
-                      Text(_clip(r.prediction, 30)), Text(_clip(r.gold, 30)), str(r.total_tokens), Text(r.status))
+        table.add_row(Text(r.item_id), str(r.seed), _verdict(r.correct, r.gold, short=True),
+                      Text(_clip(r.prediction, 30)), Text(_clip(r.gold, 30)), str(r.total_tokens),
+                      Text(shown_status(r.status, r.prediction)))
     return table
+
+
+def _verdict(correct: bool, gold: str | None, *, short: bool = False) -> Text:
+    """Right / wrong against the gold answer; a `lemon run` has none to judge by."""
+    if gold is None:
+        return Text("-" if short else "NO GOLD", "dim")
+    word = ("yes" if correct else "no") if short else ("RIGHT" if correct else "WRONG")
+    return Text(word, ("green" if correct else "red") if short else ("bold green" if correct else "bold red"))
 
 
 def _clip(text: str | None, n: int) -> str:
@@ -121,17 +132,16 @@ def _clip(text: str | None, n: int) -> str:
 
 
 def render_item(payload: dict[str, Any]) -> Group:
-    """The readable form of one item: header, task, orchestrator, one panel per agent, the stop event."""
+    """The readable form of one item: header, task, orchestrator, one panel per agent, the stop events."""
     from lemon.bench.itemview import orchestrator_event, stop_event
 
     run, item, trace = payload["run"], payload["item"], payload["trace"]
-    verdict = Text("RIGHT", "bold green") if item["correct"] else Text("WRONG", "bold red")
     head = Text.assemble(
         (f"run {run['run_id']}", "bold"), f"  {run['benchmark']}/{run['split']}  method {run['method']}  "
         f"pool {run['pool']}  level {shown_level(run['method'], run['level'])}\n",
-        (f"item {item['item_id']}", "bold"), f"  seed {item['seed']}  ", verdict,
+        (f"item {item['item_id']}", "bold"), f"  seed {item['seed']}  ", _verdict(item["correct"], item["gold"]),
         f"  prediction {item['prediction']!s}  gold {_clip(item['gold'], 200)}\n",
-        f"status {item['status']} ({item['stop_reason'] or '-'})  worker tokens {item['total_tokens']}  "
+        f"status {item['shown_status']} ({item['stop_reason'] or '-'})  worker tokens {item['total_tokens']}  "
         f"orchestrator tokens {item['orchestrator_tokens']}  latency {item['latency_s']:.2f}s")
     parts: list[Any] = [head]
     task = trace.get("task")
@@ -146,25 +156,47 @@ def render_item(payload: dict[str, Any]) -> Group:
         parts.append(Panel(lines, title="orchestrator", title_align="left"))
     for a in payload["agents"]:
         parts.append(_agent_panel(a))
+    for rule in payload.get("stop_rules") or []:
+        parts.append(Text(stop_rule_line(rule)))
     stop = stop_event(trace)
     parts.append(Text.assemble(("stop: ", "bold"), f"{stop.get('reason', '-')} by {stop.get('agent', '-')}: "
                                                    f"{stop.get('detail', '')}"))
     return Group(*parts)
 
 
+def stop_rule_line(e: dict[str, Any]) -> str:
+    """One stop rule's decision in words: which voter stopped, by which rule, what ran and what was saved."""
+    skipped = ", ".join(e.get("skipped") or ()) or "none"
+    return (f"stop rule {e.get('rule', '-')} of {e.get('agent', '-')} fired after {', '.join(e.get('ran') or ())}; "
+            f"not run: {skipped} (about {e.get('tokens_saved_estimate', 0)} tokens saved)")
+
+
+def _timing(a: dict[str, Any]) -> str:
+    if a["latency_s"] is None:
+        return "latency -"
+    queued = f", queued {a['queued_s']:.2f}s" if a.get("queued_s") is not None else ""
+    return f"model {a['latency_s']:.2f}s{queued}"
+
+
 def _agent_panel(a: dict[str, Any]) -> Panel:
+    from lemon.bench.itemview import vote_tally
+
     body = Text()
     tok = (f"{a['prompt_tokens']} prompt + {a['completion_tokens']} completion tokens"
            if a["prompt_tokens"] is not None else "tokens not recorded")
-    lat = f"{a['latency_s']:.2f}s" if a["latency_s"] is not None else "-"
-    body.append(f"model {a['model'] or '-'}  {tok}  cache hit {a['cached']}  latency {lat}\n")
+    cached = "-" if a["cached"] is None else "yes" if a["cached"] else "no"
+    body.append(f"model {a['model'] or '-'}  {tok}  cache hit {cached}  {_timing(a)}\n")
     if a["depends_on"]:
         body.append(f"reads: {', '.join(a['depends_on'])}\n")
     if a["duty"]:
         body.append(f"duty: {a['duty']}\n")
     if a["note"]:
         body.append(f"{a['note']}\n", "yellow")
-    if a["prompt"] is None and a["ran"]:
+    if a.get("votes") is not None:
+        body.append("tally: " + "; ".join(f"{answer if answer is not None else '(no answer)'} x{len(voters)} "
+                                          f"({', '.join(voters)})" for answer, voters in vote_tally(a["votes"]))
+                    + "\n", "bold")
+    elif a["prompt"] is None and a["ran"] and a["model"] != "vote":
         body.append("prompt: not recorded (a trace from an older LEMON)\n", "dim")
     for m in a["prompt"] or []:
         body.append(f"[{m['role']}]\n", "bold cyan")
@@ -172,7 +204,9 @@ def _agent_panel(a: dict[str, Any]) -> Panel:
     if a["output"] is not None:
         body.append("[output]\n", "bold green")
         body.append(a["output"].rstrip())
-    title = f"{a['name']} ({a['role']}, {a['capacity']})" + ("" if a["live"] else " DEAD: does not reach the output")
+    state = " NOT RUN: a stop rule fired first" if a.get("unrun") else "" if a["live"] else \
+        " DEAD: does not reach the output"
+    title = f"{a['name']} ({a['role']}, {a['capacity']})" + state
     return Panel(body, title=Text(title), title_align="left", border_style="blue" if a["live"] else "dim")
 
 
@@ -299,7 +333,9 @@ def attribution_table(att: Any) -> Table:
              + (f", run {att.run_id}" if att.run_id else "") + f"): original right={o.get('correct')}, "
              f"prediction {o.get('prediction')!s:.40}, {o.get('tokens')} worker tokens; "
              f"{att.calls} model calls, {att.spent_tokens:,} tokens spent")
-    table = Table(title=Text(title), title_justify="left")
+    rules = [stop_rule_line(e) for e in o.get("stop_rules") or ()]
+    table = Table(title=Text(title), title_justify="left", caption=Text("\n".join(rules)) if rules else None,
+                  caption_justify="left")
     for col in ("field", "edit", "status", "prediction", "right", "Δ", "tokens", "Δ tokens", "calls",
                 "cache hits", "note"):
         table.add_column(col, justify="right" if col in ("Δ", "tokens", "Δ tokens", "calls", "cache hits")

@@ -254,6 +254,7 @@ class _Run:
     calls: int = 0
     hits: int = 0
     llm_hits: int = 0
+    sent_at: dict[str, float] = field(default_factory=dict)  # when each agent's call left its level's queue
     early_stops: list[dict[str, Any]] = field(default_factory=list)
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _tg: asyncio.TaskGroup = field(init=False)
@@ -398,13 +399,17 @@ class _Run:
         if role.kind == "vote":
             text = majority_vote(list(parents.values()), self.vote_key)
             out, hit = NodeOutput(text, 0, 0, "vote"), False
+            votes = {p: self.vote_key(t) if self.vote_key else " ".join(t.split())[:200] for p, t in parents.items()}
         else:
             out, hit = await self._call(agent, parents)
+            votes = None
+        hit = hit or out.llm_cached  # answered from a cache: the node cache (no call) or the LLM request cache
         self.outputs[agent.name] = out.text
         self.tokens[agent.name] = {"prompt": out.prompt_tokens, "completion": out.completion_tokens,
                                    "capacity": agent.capacity, "cached": hit, "model": out.model}
         ret = self._emit("return", agent.name, tokens=out.tokens, cached=hit, content_ref=f"contents/{agent.name}",
-                         prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens, model=out.model)
+                         prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens, model=out.model,
+                         sent=self.sent_at.get(agent.name), votes=votes)
         self.returns[agent.name] = ret
         self.trace.edge(spawn, ret, "return")
         for ledger in self.ledgers:  # only a backend that ignores max_tokens (or the prompt bound) gets here
@@ -440,6 +445,7 @@ class _Run:
             async with ex._sem(agent.capacity):
                 self.calls += 1
                 sent = True
+                self.sent_at[agent.name] = round(time.perf_counter() - self.trace._t0, 6)
                 try:
                     c = await asyncio.wait_for(backend.complete(request), ex.budget.call_timeout_s)
                 except TimeoutError:

@@ -18,6 +18,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+from lemon.bench.itemview import shown_status
 from lemon.bench.methods import shown_level
 from lemon.bench.report import paired_compare
 from lemon.bench.store import ItemRow, ResultsStore, RunInfo
@@ -98,15 +99,34 @@ def store_page(db: ResultsStore, *, run_ids: Sequence[str] | None = None, focus:
             if k in found:
                 index[k] = len(traces)
                 traces.append(found[k])
-        items[r.run_id] = [[x.item_id, x.seed, int(x.correct), x.total_tokens, x.status, x.prediction,
-                            _short(x.gold), round(x.latency_s, 3), index.get((x.item_id, x.seed), -1)]
-                           for x in rows[r.run_id]]
+        items[r.run_id] = _item_arrays(rows[r.run_id], index, db.task_texts(r.run_id))
     start = (f"#item/{_enc(focus[0])}/{_enc(focus[1])}/{focus[2]}" if focus else
              f"#run/{_enc(runs[0].run_id)}" if len(runs) == 1 else "#runs")
-    data = {"schema": 1, "source": source or str(db.path), "generated": _now(), "runs": [_run_json(r) for r in runs],
+    data = {"schema": 1, "source": source or str(db.path), "generated": _now(),
+            "runs": [{**_run_json(r), "tokens_by_level": _tokens_by_level(rows[r.run_id])} for r in runs],
             "items": items, "compare": comparisons, "explanations": explanations, "explanations_by_run": by_run,
             "train": [training_data(d, traces, max_steps) for d in train_dirs], "start": start}
     return render_page(data, traces)
+
+
+def _item_arrays(rows: Sequence[ItemRow], index: dict[tuple[str, int], int],
+                 tasks: dict[tuple[str, int], str]) -> list[list[Any]]:
+    """The run's items as compact arrays (the page's COL order): id, seed, right (1/0; None without a gold
+    answer), worker tokens, status as read (`no answer` when nothing was extracted), prediction, gold, seconds,
+    index of the embedded trace (-1: not embedded), task text (searched)."""
+    return [[x.item_id, x.seed, None if x.gold is None else int(x.correct), x.total_tokens,
+             shown_status(x.status, x.prediction), x.prediction, _short(x.gold), round(x.latency_s, 3),
+             index.get((x.item_id, x.seed), -1), tasks.get((x.item_id, x.seed))] for x in rows]
+
+
+def _tokens_by_level(rows: Sequence[ItemRow]) -> dict[str, int]:
+    """Worker tokens of the whole run per capacity level (the run summary on top of its page)."""
+    out: dict[str, int] = {}
+    for x in rows:
+        for t in x.tokens.values():
+            level = str(t.get("capacity", "?"))
+            out[level] = out.get(level, 0) + int(t.get("prompt", 0)) + int(t.get("completion", 0))
+    return out
 
 
 def _trace_keys(run_id: str, rows: dict[str, list[ItemRow]], comparisons: list[dict[str, Any]],
