@@ -62,6 +62,7 @@ async def test_agree_two_stops_after_the_first_two_when_they_agree() -> None:
     assert result.unrun == ("v2", "v3", "v4")  # type: ignore[attr-defined]
     (stop,) = [e for e in result.trace.events if e.get("reason") == "stop_rule"]  # type: ignore[attr-defined]
     assert stop["rule"] == "{agree: 2}" and stop["ran"] == ["v0", "v1"] and stop["skipped"] == ["v2", "v3", "v4"]
+    assert stop["fired"] is True
     assert stop["tokens_saved_estimate"] > 0
     despawned = {e["agent"] for e in result.trace.events if e["type"] == "despawn"}  # type: ignore[attr-defined]
     assert despawned == {"v2", "v3", "v4"}
@@ -77,6 +78,7 @@ async def test_max_bounds_the_parents_run_and_the_vote_uses_those_that_ran() -> 
     result = await _run(["A", "B", "C", "D", "A"], StopRule(agree=2, max=4))
     assert ran(result) == ["v0", "v1", "v2", "v3"] and result.unrun == ("v4",)  # type: ignore[attr-defined]
     assert result.answer == "A"  # type: ignore[attr-defined]  # a four-way tie goes to the first parent
+    assert result.early_stops[0]["fired"] is False  # type: ignore[attr-defined]  # max reached, no agreement
 
 
 async def test_waves_start_several_parents_together() -> None:

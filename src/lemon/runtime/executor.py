@@ -359,28 +359,29 @@ class _Run:
         order = agent.depends_on[:rule.max or len(agent.depends_on)]
         ran: list[str] = []
         width = rule.first_wave
-        while len(ran) < len(order):
+        fired = False
+        while len(ran) < len(order) and not fired:
             wave = order[len(ran):len(ran) + width]
             for t in [self._start(p) for p in wave]:
                 await t
             ran.extend(wave)
             width = rule.wave
-            if stop_rule_fires(rule, [self._vote_key_of(self.outputs[p]) for p in ran]):
-                break
-        self._record_early_stop(agent, rule, tuple(ran))
+            fired = stop_rule_fires(rule, [self._vote_key_of(self.outputs[p]) for p in ran])
+        self._record_early_stop(agent, rule, tuple(ran), fired)
         return {p: self.outputs[p] for p in ran}
 
     def _vote_key_of(self, text: str) -> str | None:
         return self.vote_key(text) if self.vote_key else " ".join(text.split())
 
-    def _record_early_stop(self, agent: Agent, rule: StopRule, ran: tuple[str, ...]) -> None:
-        """The rule's decision as a `stop` event: the rule, the parents run and skipped, the tokens it saved
-        (estimated as the mean of the parents that ran, per skipped parent)."""
+    def _record_early_stop(self, agent: Agent, rule: StopRule, ran: tuple[str, ...], fired: bool) -> None:
+        """The rule's decision as a `stop` event: the rule, whether it fired (or `max` was reached first), the
+        parents run and skipped, the tokens it saved (estimated as the mean of the parents that ran, per skipped
+        parent)."""
         skipped = tuple(p for p in agent.depends_on if p not in ran)
         per_parent = [self.tokens[p]["prompt"] + self.tokens[p]["completion"] for p in ran]
         saved = round(sum(per_parent) / len(per_parent) * len(skipped)) if per_parent and skipped else 0
-        decision = {"agent": agent.name, "rule": render_stop(rule), "ran": list(ran), "skipped": list(skipped),
-                    "tokens_saved_estimate": saved}
+        decision = {"agent": agent.name, "rule": render_stop(rule), "fired": fired, "ran": list(ran),
+                    "skipped": list(skipped), "tokens_saved_estimate": saved}
         self._emit("stop", agent.name, reason="stop_rule",
                    **{k: v for k, v in decision.items() if k != "agent"})
         self.early_stops.append(decision)
