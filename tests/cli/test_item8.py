@@ -135,7 +135,9 @@ def test_model_and_base_url_run_a_spec_on_one_endpoint(tmp_path: Path, _isolated
         proc = lemon("exec", str(_spec(tmp_path)), "2+2?", "--model", "test-model", "--base-url", url, "--no-cache",
                      home=_isolated_home, timeout=120)
         assert proc.returncode == 0, proc.stderr
-        assert "The answer is 4.\ntrace: " in proc.stdout  # the answer, printed last before the trace path
+        lines = proc.stdout.splitlines()
+        at = next(i for i, ln in enumerate(lines) if "answer" in ln and "──" in ln)
+        assert lines[at + 1] == "4" and "The answer is 4." in lines[at + 2]  # the extracted answer first
         assert len(received) == 2 and {b["model"] for b in received} == {"test-model"}
         store = tmp_path / "r.sqlite"
         proc = lemon("eval", "multiarith", "-m", "vanilla", "--limit", "2", "--model", "test-model", "--base-url",

@@ -67,6 +67,8 @@ def _configure(
 BudgetOpt = Annotated[int | None, typer.Option(help="Cap on the run's tokens: orchestrator and workers.")]
 TimeoutOpt = Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")]
 TraceOutOpt = Annotated[Path | None, opt("out", help="Folder for the trace JSON (default LEMON_HOME/runs).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (answer, output, tokens, trace path) "
+                                                      "on stdout; the spec and progress go to stderr.")]
 
 
 def _check_run_options(max_tokens: int, budget_tokens: int | None, timeout: float | None,
@@ -100,16 +102,18 @@ def run(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Orchestrate TASK into a spec, execute it, and show the spec, the answer and tokens per agent."""
+    """Orchestrate TASK into a spec, execute it, and show the answer, the spec and tokens per agent."""
     from lemon.cli.session import RunOptions, endpoint_pool, run_task
 
     check_task(task)
     _check_run_options(max_tokens, budget_tokens, timeout, temperature)
     pool = endpoint_pool(pool, model, base_url, api_key_env)
     opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, out, cache=not no_cache,
-                      temperature=temperature)
-    asyncio.run(run_task(consoles().out, task, opts, orchestrator=orchestrator, level=level))
+                      temperature=temperature, as_json=as_json)
+    console = consoles().err if as_json else consoles().out
+    asyncio.run(run_task(console, task, opts, orchestrator=orchestrator, level=level))
 
 
 @app.command("exec")
@@ -127,6 +131,7 @@ def exec_(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Execute an existing SPEC on TASK."""
     from lemon.cli.session import RunOptions, endpoint_pool, exec_spec
@@ -135,8 +140,8 @@ def exec_(
     _check_run_options(max_tokens, budget_tokens, timeout, temperature)
     pool = endpoint_pool(pool, model, base_url, api_key_env)
     opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, out, cache=not no_cache,
-                      temperature=temperature)
-    asyncio.run(exec_spec(consoles().out, spec, task, opts))
+                      temperature=temperature, as_json=as_json)
+    asyncio.run(exec_spec(consoles().err if as_json else consoles().out, spec, task, opts))
 
 
 @app.command()

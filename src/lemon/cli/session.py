@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
+from lemon.bench.tracefile import extracted_answer
 from lemon.errors import ConfigError, LemonError, SpecError, StorageError
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
@@ -69,7 +71,20 @@ def _show_spec(console: Console, spec: Spec, title: str) -> None:
     console.print(Syntax(render_spec(spec).text, "yaml", theme="ansi_dark", background_color="default"))
 
 
-def _show_result(console: Console, result: RunResult) -> None:
+def _show_answer(console: Console, result: RunResult, answer: str | None, output_agent: str) -> None:
+    """The answer first: the one extracted from the output agent's text (a number, a letter, code), then that
+    text itself, clipped (the detail; `lemon trace` shows all of it)."""
+    if result.status != "ok":
+        return
+    console.rule("answer")
+    console.print(answer if answer is not None else result.answer, markup=False, highlight=False)
+    if answer is not None:
+        text = " ".join(result.answer.split())
+        console.print(f"from {output_agent}: {text[:300]}{'…' if len(text) > 300 else ''}", markup=False,
+                      highlight=False, style="dim")
+
+
+def _show_tokens(console: Console, result: RunResult) -> None:
     table = Table(title="tokens per agent", title_justify="left")
     for col in ("agent", "capacity", "prompt", "completion"):
         table.add_column(col, justify="right" if col in ("prompt", "completion") else "left")
@@ -79,9 +94,17 @@ def _show_result(console: Console, result: RunResult) -> None:
     levels = ", ".join(f"{k}={v}" for k, v in result.tokens_by_level.items())
     console.print(f"total tokens: {result.total_tokens} ({levels}); {cache_line(result)}; "
                   f"wall: {result.wall_s:.1f}s", markup=False)
-    if result.status == "ok":
-        console.rule("answer")
-        console.print(result.answer, markup=False, highlight=False)
+
+
+def run_json(result: RunResult, spec: Spec, answer: str | None, trace: Path | None) -> dict[str, Any]:
+    """What `lemon run --json` prints: the answer first, then what it cost and where its trace is."""
+    return {"answer": answer, "output": result.answer if result.status == "ok" else None, "output_agent": spec.output,
+            "status": result.status, "stop_reason": result.stop_reason, "spec": render_spec(spec).text,
+            "tokens_by_agent": result.tokens_by_agent, "tokens_by_level": result.tokens_by_level,
+            "total_tokens": result.total_tokens, "spent_tokens": result.spent_tokens, "calls": result.calls,
+            "llm_cache_hits": result.llm_cache_hits, "node_cache_hits": result.cache_hits,
+            "unrun_agents": list(result.unrun), "wall_s": round(result.wall_s, 3),
+            "trace_id": result.trace.trace_id, "trace": str(trace) if trace is not None else None}
 
 
 def cache_line(result: RunResult) -> str:
@@ -105,6 +128,7 @@ class RunOptions:
     trace_dir: Path | None
     cache: bool = True
     temperature: float | None = None  # None: the pool's default
+    as_json: bool = False  # print one JSON object on stdout (everything else goes to stderr)
 
 
 async def _execute(console: Console, pool: Pool, roles: RoleLibrary, spec: Spec, task: str, opts: RunOptions,
@@ -118,18 +142,47 @@ async def _execute(console: Console, pool: Pool, roles: RoleLibrary, spec: Spec,
                         params=params, on_event=progress.on_event)
     with console.status("loading and verifying models..."):
         await pool.prepare(tuple({a.capacity for a in spec.agents}))
-    with Live(progress, console=console, refresh_per_second=4, transient=False):
+    live = console.is_terminal and not opts.as_json  # piped: no redraws, the agents table once, apart
+    with Live(progress, console=console, refresh_per_second=4, transient=False) if live else nullcontext():
         result = await executor.run(spec, task, seed=opts.seed, orchestrator=orchestrator_info, vote_key=vote_key)
-    # The answer first: it is paid for, and saving the trace (an unwritable LEMON_HOME, a full disk) may fail.
-    _show_result(console, result)
-    for name, reason in progress.pruned.items():
-        console.print(f"pruned: {name} ({reason})", markup=False, highlight=False)
     result.trace.system.setdefault("pool_ref", opts.pool)  # what --pool named: `lemon explain TRACE` reloads it
-    path = _save_trace(result, opts.trace_dir or runs_dir())
-    console.print(f"trace: {path}", markup=False, highlight=False)
+    answer = extracted_answer(task, result.answer) if result.status == "ok" and result.answer else None
+    if opts.as_json:
+        path = _save_trace_then(lambda p: _print_json(run_json(result, spec, answer, p)), result, opts)
+    else:
+        # The answer first: it is paid for, and saving the trace (an unwritable LEMON_HOME, a full disk) may fail.
+        _show_answer(console, result, answer, spec.output or "")
+        if not live:
+            console.print()
+            console.print(progress)
+        console.print()
+        _show_tokens(console, result)
+        for name, reason in progress.pruned.items():
+            console.print(f"pruned: {name} ({reason})", markup=False, highlight=False)
+        path = _save_trace(result, opts.trace_dir or runs_dir())
+        console.print(f"trace: {path}", markup=False, highlight=False)
     if result.status != "ok":
         raise LemonError(f"run stopped ({result.status}): {result.stop_reason}; the partial trace is in {path}")
     return result
+
+
+def _print_json(data: dict[str, Any]) -> None:
+    import json
+
+    from lemon.cli.options import consoles
+
+    consoles().out.file.write(json.dumps(data, ensure_ascii=False, indent=1, default=str) + "\n")
+
+
+def _save_trace_then(emit: Any, result: RunResult, opts: RunOptions) -> Path:
+    """Save the trace, then `emit(path)`; if saving fails, `emit(None)` first: the answer is paid for."""
+    try:
+        path = _save_trace(result, opts.trace_dir or runs_dir())
+    except StorageError:
+        emit(None)
+        raise
+    emit(path)
+    return path
 
 
 def _save_trace(result: RunResult, folder: Path) -> Path:
