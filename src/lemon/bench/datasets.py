@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import json
 import logging
 import os
@@ -32,10 +33,12 @@ from typing import Any
 
 from lemon.bench import splits as splitdefs
 from lemon.errors import DataError, LemonError
+from lemon.files import read_regular
 from lemon.paths import data_dir as resolve_data_dir
 
 log = logging.getLogger(__name__)
 
+MAX_DATA_FILE_BYTES = 256 << 20  # the largest upstream file is a few MB
 DATA_HINT = ("set LEMON_DATA_DIR (or pass --data-dir) to the folder holding gsm8k/ svamp/ aqua/ multiarith/ "
              "mmlu/ humaneval/ (see shared/data/README.md)")
 
@@ -67,14 +70,20 @@ def _fail(path: Path, problem: str, fmt: str) -> DataError:
     return DataError(f"{path}: {problem}; expected {fmt}; {DATA_HINT}")
 
 
-def _read_text(path: Path, fmt: str) -> str:
-    if not path.is_file():
+def _read_bytes(path: Path, fmt: str) -> bytes:
+    """A data file through the guarded opener (regular files only, bounded): a FIFO here would hang an eval."""
+    if not path.exists():
         raise _fail(path, "missing", fmt)
     try:
-        if path.suffix == ".gz":
-            with gzip.open(path, "rt", encoding="utf-8") as fh:
-                return fh.read()
-        return path.read_text(encoding="utf-8")
+        return read_regular(path, limit=MAX_DATA_FILE_BYTES, what="data file", error=DataError)
+    except DataError as exc:
+        raise DataError(f"{exc}; {DATA_HINT}") from None
+
+
+def _read_text(path: Path, fmt: str) -> str:
+    raw = _read_bytes(path, fmt)
+    try:
+        return (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8")
     except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise _fail(path, f"unreadable ({type(exc).__name__}: {exc})", fmt) from None
 
@@ -211,9 +220,8 @@ def _mmlu(split: str) -> Callable[[Path, str], list[Item]]:
         for path in files:
             subject = path.name[: -len(suffix)]
             try:
-                with path.open(newline="", encoding="utf-8") as fh:
-                    rows = list(csv.reader(fh))
-            except (OSError, UnicodeDecodeError, csv.Error) as exc:
+                rows = list(csv.reader(io.StringIO(_read_bytes(path, fmt).decode("utf-8"), newline="")))
+            except (UnicodeDecodeError, csv.Error) as exc:
                 raise _fail(path, f"unreadable CSV ({exc})", fmt) from None
             for i, row in enumerate(rows):
                 if len(row) != 6 or row[5].strip() not in ("A", "B", "C", "D"):

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from lemon.bench.tracefile import extracted_answer
 from lemon.errors import ConfigError, LemonError, SpecError, StorageError
+from lemon.files import read_regular
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
 from lemon.llm.pools import load_pool, pool_level_names
@@ -24,7 +25,7 @@ from lemon.orchestrator.template import task_kind
 from lemon.paths import ensure_dir, runs_dir
 from lemon.runtime import Budget, Executor, RunResult
 from lemon.spec.model import Spec
-from lemon.spec.parse import read_spec_file
+from lemon.spec.parse import MAX_SPEC_BYTES, MAX_SPEC_CHARS
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import load_spec
@@ -279,9 +280,21 @@ async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrato
         await pool.aclose()
 
 
+def read_spec_text(path: Path) -> str:
+    """A spec file's text through the one guarded opener: a FIFO given as SPEC hung `lemon validate` and
+    `lemon exec` forever; a device never ended. At most `MAX_SPEC_BYTES`, UTF-8."""
+    data = read_regular(path, limit=MAX_SPEC_BYTES, what="spec file", error=SpecError,
+                        size_hint=f"a spec has at most {MAX_SPEC_CHARS:,} characters")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"spec file {path} is not UTF-8 text ({exc.reason}); a spec has at most "
+                        f"{MAX_SPEC_CHARS:,} characters of YAML or JSON") from None
+
+
 async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptions) -> None:
     roles = RoleLibrary.load()
-    spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(opts.pool))
+    spec = load_spec(read_spec_text(spec_path), roles, pool_level_names(opts.pool))
     pool = load_pool(opts.pool, cache=opts.cache)
     try:
         _show_spec(console, spec, f"spec {escape(str(spec_path))}")
@@ -296,7 +309,8 @@ def validate_file(console: Console, spec_path: Path, pool_name: str) -> None:
 
     roles = RoleLibrary.load()
     levels = pool_level_names(pool_name)
-    problems = spec_problems(read_spec_file(spec_path), roles, levels)
+    text = read_spec_text(spec_path)
+    problems = spec_problems(text, roles, levels)
     if len(problems) > 1:
         from lemon.cli.options import consoles
 
@@ -305,7 +319,7 @@ def validate_file(console: Console, spec_path: Path, pool_name: str) -> None:
         raise SpecError(f"{spec_path}: {len(problems)} problems (listed above); fix them and validate again")
     if problems:
         raise SpecError(problems[0])
-    spec = load_spec(read_spec_file(spec_path), roles, levels)
+    spec = load_spec(text, roles, levels)
     console.print(f"[green]valid[/]: {len(spec.agents)} agents, output {escape(repr(spec.output))}")
     _show_spec(console, spec, "canonical form")
 

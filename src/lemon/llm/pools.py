@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lemon.errors import ConfigError
+from lemon.files import read_regular
 from lemon.llm.base import Backend, GenParams
 from lemon.llm.cache import CachedBackend, CacheOnlyBackend, SQLiteCache
 from lemon.llm.pool import Level, Pool
@@ -113,15 +114,10 @@ def _read(name_or_path: str) -> tuple[str, str]:
         return f"built-in pool {name_or_path}", (resources.files("lemon.llm") / "pools" / f"{name_or_path}.yaml"
                                                   ).read_text("utf-8")
     path = Path(name_or_path).expanduser()
-    if not path.is_file():
+    if not path.exists() or path.is_dir():
         raise ConfigError(f"pool {name_or_path!r} is neither a built-in pool ({', '.join(BUILTIN)}) nor a file")
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_POOL_FILE_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"pool file {path} cannot be read: {exc.strerror or exc}") from None
-    if len(data) > MAX_POOL_FILE_BYTES:
-        raise ConfigError(f"pool file {path} is larger than {MAX_POOL_FILE_BYTES:,} bytes; a pool is a few levels")
+    data = read_regular(path, limit=MAX_POOL_FILE_BYTES, what="pool file", error=ConfigError,
+                        size_hint="a pool is a few levels")
     try:
         return str(path), data.decode("utf-8")
     except UnicodeDecodeError as exc:
