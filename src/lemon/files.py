@@ -32,6 +32,15 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def not_regular(path: str | os.PathLike[str]) -> str | None:
+    """What `path` is when it exists and is not a regular file ("a character device", ...); None otherwise."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else _kind(mode)
+
+
 def _open_regular(path: Path, what: str, error: type[LemonError]) -> int:
     """An fd of `path` opened for reading without waiting (a FIFO without a writer), checked to be a file."""
     try:
@@ -110,7 +119,10 @@ def disk_full(folder: str | os.PathLike[str], exc: BaseException | None = None) 
     (SQLite reports some as plain I/O errors, e.g. SQLITE_IOERR_SHMSIZE) under a MiB free there."""
     if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:
         return True
-    if getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL":
+    name = getattr(exc, "sqlite_errorname", None)
+    if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):  # damaged, whatever the free space
+        return False
+    if name == "SQLITE_FULL":
         return True
     free = free_bytes(folder)
     return free is not None and free < FULL_BELOW_BYTES

@@ -24,7 +24,8 @@ from pathlib import Path
 from lemon.bench.baselines import method_names
 from lemon.bench.methods import run_label, shown_level, uses_level
 from lemon.bench.store import ItemRow, ResultsStore, RunInfo
-from lemon.errors import LemonError
+from lemon.errors import LemonError, StorageError
+from lemon.files import disk_full, write_atomic
 from lemon.llm.models import parameters_b
 
 
@@ -385,9 +386,12 @@ def write_report(out: Path, markdown: str) -> None:
         tail = rest.split(END_MARK, 1)[1]
         body = "\n".join("#" + line if line.startswith("#") else line for line in markdown.splitlines())
         markdown = f"{head}{BEGIN_MARK}\n{body}\n{END_MARK}{tail}"
-    tmp = out.with_suffix(out.suffix + ".tmp")
-    tmp.write_text(markdown, encoding="utf-8")
-    tmp.replace(out)
+    try:  # a temporary name unique to this call (two reports at once), removed if the write fails
+        write_atomic(out, markdown)
+    except OSError as exc:
+        fix = "the disk is full: free space there or" if disk_full(out.parent, exc) else "check the folder, or"
+        raise StorageError(f"cannot write the report to {out} ({exc.strerror or exc}); {fix} pass --file "
+                           "another path (the tables are printed above)") from None
 
 
 def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | None = None,

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from lemon.errors import LemonError, StorageError
+from lemon.files import disk_full, not_regular
 from lemon.paths import ensure_dir, lemon_home
 
 SCHEMA_VERSION = 1
@@ -172,6 +173,10 @@ class ResultsStore:
         if self.path.is_dir():
             raise StorageError(f"results store {self.path} is a folder; pass --store a file path such as "
                                f"{self.path / 'results.sqlite'}")
+        kind = not_regular(self.path)
+        if kind is not None:  # SQLite would open /dev/null and create /dev/null-journal beside it
+            raise StorageError(f"results store {self.path} is {kind}, not a regular file; pass --store a file "
+                               "path such as ./results.sqlite")
         ensure_dir(self.path.parent, "the results store")
         try:
             self._db = _open_with_retry(self.path, self._initialise)
@@ -217,6 +222,9 @@ class ResultsStore:
         if "not a database" in text or "malformed" in text or "corrupt" in text:
             return StorageError(f"results store {self.path} is not a LEMON results store or is damaged ({text}); "
                                 f"move it aside (mv '{self.path}' '{self.path}.bad') or pass --store a new path")
+        if disk_full(self.path.parent, exc):
+            return StorageError(f"results store {self.path}: the disk is full ({text}); free space on that disk "
+                                "(every stored row is kept) or pass --store a path on another disk")
         return StorageError(f"results store {self.path}: {text}; check the disk and that no other program holds "
                             "it, or pass --store a new path")
 

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from lemon.bench.tracefile import extracted_answer
 from lemon.errors import ConfigError, LemonError, SpecError, StorageError
-from lemon.files import read_regular
+from lemon.files import disk_full, read_regular
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
 from lemon.llm.pools import load_pool, pool_level_names
@@ -194,8 +194,10 @@ def _save_trace(result: RunResult, folder: Path) -> Path:
         result.trace.save(path)
     except (OSError, StorageError) as exc:
         reason = (exc.strerror or exc) if isinstance(exc, OSError) else exc
+        fix = ("the disk is full: free space there or pass --trace-dir a folder on another disk"
+               if disk_full(folder, exc) else "pass --trace-dir a writable folder or fix LEMON_HOME")
         raise StorageError(f"the run finished (answer above) but its trace could not be saved to {path}: "
-                           f"{reason}; pass --trace-dir a writable folder or fix LEMON_HOME") from None
+                           f"{reason}; {fix}") from None
     return path
 
 

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from lemon.errors import BackendError, StorageError
+from lemon.files import disk_full
 from lemon.llm.base import Backend, ChatRequest, Completion, request_key
 from lemon.paths import ensure_dir
 
@@ -57,6 +58,9 @@ class SQLiteCache:
 
     def _error(self, exc: sqlite3.Error) -> StorageError:
         text = " ".join(str(exc).split())
+        if disk_full(self.path.parent, exc):  # an intact cache on a full disk: nothing to delete
+            return StorageError(f"LLM cache {self.path}: the disk is full ({text}); free space on that disk, "
+                                "point LEMON_HOME at another one, or pass --no-cache")
         return StorageError(f"LLM cache {self.path} cannot be used ({text}); it only saves repeated calls: delete "
                             f"or rename it (mv '{self.path}' '{self.path}.bad') and run again, or pass --no-cache")
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lemon.errors import ModelFileError, StorageError
+from lemon.files import write_atomic
 from lemon.paths import ensure_dir, models_dir
 
 log = logging.getLogger(__name__)
@@ -134,11 +135,9 @@ def _stamp_ok(path: Path, sha: str) -> bool:
 def _write_stamp(path: Path, sha: str) -> None:
     """Record a verified file; a stamp that cannot be written only costs a re-hash next time."""
     stamp = _stamp_path(path)
-    tmp = stamp.with_suffix(f".{os.getpid()}.tmp")
-    try:
+    try:  # a temporary name unique to this call, removed when the write fails
         stamp.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(_stamp_fields(path, sha)))
-        tmp.replace(stamp)
+        write_atomic(stamp, json.dumps(_stamp_fields(path, sha)))
     except OSError as exc:
         log.warning("could not record the verified hash of %s (%s); it will be re-hashed next time", path, exc)
 

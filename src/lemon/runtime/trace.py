@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lemon.files import write_atomic
+
 EVENT_TYPES = frozenset({"orchestrator_decision", "spawn", "despawn", "message", "tool_call", "tool_result",
                          "return", "aggregate", "human_intervention", "safety_event", "stop"})
 EDGE_TYPES = frozenset({"temporal", "causal", "spawn", "message", "tool_dependency", "return", "aggregate",
@@ -70,10 +72,8 @@ class Trace:
         return cls(**{k: data[k] for k in known if data.get(k) is not None})
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the trace as JSON atomically (a crash never leaves half a file)."""
+        """Write the trace as JSON atomically: a crash never leaves half a file, and a write that fails (a
+        full disk) leaves no temporary file behind either (`lemon.files.write_atomic`)."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), ensure_ascii=False, indent=1), encoding="utf-8")
-        tmp.replace(p)
-        return p
+        return write_atomic(p, json.dumps(self.to_json(), ensure_ascii=False, indent=1))
