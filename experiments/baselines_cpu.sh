@@ -21,5 +21,5 @@ for bench in multiarith gsm8k; do
   done
 done
 wait
-lemon report --store "$store" --out docs/results.md --plot docs/baselines-accuracy-vs-tokens.png \
+lemon report --store "$store" --file docs/results.md --plot docs/baselines-accuracy-vs-tokens.png \
   --compare vanilla,best

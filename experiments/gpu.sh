@@ -120,9 +120,9 @@ stage_eval() {
 stage_report() {
   local cf="trained:$RUNS/cf/final" global="trained:$RUNS/global/final" sft="trained:$RUNS/sft/model"
   x mkdir -p "$OUT"
-  lemon report --store "$RUNS/eval.sqlite" --out "$OUT/results-gpu.md" --plot "$OUT/gpu-accuracy.png" \
+  lemon report --store "$RUNS/eval.sqlite" --file "$OUT/results-gpu.md" --plot "$OUT/gpu-accuracy.png" \
     --compare "$cf,$global" --compare "$cf,$sft" --compare "$cf,cot" --compare "$cf,vanilla"
-  lemon plot "$RUNS/cf" "$RUNS/global" --smooth 3 --out "$OUT/gpu-training.png"
+  lemon plot "$RUNS/cf" "$RUNS/global" --smooth 3 --file "$OUT/gpu-training.png"
   x python3 "$REPO/experiments/gpu_plan.py" summary "$RUNS" "$OUT/gpu-steps.json"
   local v ckpt
   for v in cf global; do  # the trained LoRA adapters (the merged models are too large to come back)

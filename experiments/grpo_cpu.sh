@@ -25,7 +25,7 @@ for variant in cf global; do
   [ -d "$runs/$variant/final" ] || lemon train --out "$runs/$variant" --policy "$runs/sft/model" \
     --benchmark gsm8k --pool cpu --steps "$steps" --save-every 5 --seed 0 "${flags[@]}" "${resume[@]}"
 done
-lemon plot "$runs/cf" "$runs/global" --smooth 5 --out docs/grpo-training.png
+lemon plot "$runs/cf" "$runs/global" --smooth 5 --file docs/grpo-training.png
 cf="trained:$runs/cf/final"; global="trained:$runs/global/final"; sft="trained:$runs/sft/model"
 eval_args=(--limit "$limit" --seeds "$seeds" --pool cpu --store "$store")
 for method in "$cf" "$global" "$sft" prompted; do  # orchestrators choose each agent's level
@@ -34,6 +34,6 @@ done
 for method in cot sc-cot vanilla; do
   lemon eval multiarith --method "$method" "${eval_args[@]}" --level medium
 done
-lemon report --store "$store" --out docs/results-grpo.md --plot docs/grpo-accuracy-vs-tokens.png \
+lemon report --store "$store" --file docs/results-grpo.md --plot docs/grpo-accuracy-vs-tokens.png \
   --compare "$cf,$global" --compare "$cf,$sft" --compare "$cf,prompted" --compare "$cf,best" \
   --compare "$cf,vanilla" --compare "$sft,prompted"

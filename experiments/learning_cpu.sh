@@ -48,7 +48,7 @@ if has train; then
     [ -d "$runs/$arm/final" ] || train_arm "$arm"
   done
   trained=(); for arm in cf global cf-discount cf-pairwise; do [ -d "$runs/$arm/final" ] && trained+=("$runs/$arm"); done
-  lemon plot "${trained[@]}" --smooth 5 --out "$runs/training.png"
+  lemon plot "${trained[@]}" --smooth 5 --file "$runs/training.png"
 fi
 
 cf="trained:$runs/cf/final"; global="trained:$runs/global/final"; sft="trained:$runs/sft/model"
@@ -68,7 +68,7 @@ if has eval; then
 fi
 
 if has report; then
-  lemon report --store "$store" --out "$runs/report.md" --plot "$runs/accuracy-vs-tokens.png" \
+  lemon report --store "$store" --file "$runs/report.md" --plot "$runs/accuracy-vs-tokens.png" \
     --compare "$cf,$global" --compare "$cf,$sft" --compare "$global,$sft" --compare "$cf,best" \
     --compare "$pairwise,$global" --compare "$pairwise,$sft" --compare "$pairwise,best"
 fi

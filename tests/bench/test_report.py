@@ -128,8 +128,8 @@ def test_compare_with_best_pairs_each_run_with_the_most_accurate_other_method(tm
         _fill(store, "t", "tree", {(i, 0): k < 5 for k, i in enumerate(items)}, 1, 40)
         report = build_report(store, compare=[("vanilla", "best")])
     (pair,) = report.comparisons
-    assert pair.run_a.method == "tree" and pair.run_b.method == "vanilla"
-    assert (pair.a_only, pair.b_only) == (4, 0)
+    assert pair.run_a.method == "vanilla" and pair.run_b.method == "tree"  # in the order asked: A, then B
+    assert (pair.a_only, pair.b_only) == (0, 4)
 
 
 def test_two_runs_named_by_id_pair_across_levels_but_methods_do_not(tmp_path: Path) -> None:
@@ -160,8 +160,8 @@ def test_cli_compare_is_repeatable_and_a_bad_pair_exits_2(tmp_path: Path) -> Non
                  "--compare", "vanilla,best", home=tmp_path)
     assert proc.returncode == 0, proc.stderr
     md = out.read_text()
-    assert "Paired test: cot vs vanilla" in md and "Paired test: tree vs vanilla" in md
-    assert md.index("cot vs vanilla") < md.index("tree vs vanilla")  # in the order asked
+    assert "Paired test: cot vs vanilla" in md and "Paired test: vanilla vs tree" in md
+    assert md.index("cot vs vanilla") < md.index("vanilla vs tree")  # in the order asked, each pair as given
     assert_clean_error(lemon("report", "--store", str(store_path), "--compare", "cot", home=tmp_path),
                        "joined by a comma")
 

@@ -19,6 +19,7 @@ from lemon.cli.options import (
     DEFAULT_TEMPERATURE,
     RENAMED,
     SHARED,
+    TAKES,
     renamed_args,
 )
 
@@ -66,6 +67,29 @@ def test_every_command_spells_a_shared_option_the_same_way() -> None:
     assert {"lemon train", "lemon sft"} <= seen["policy_max_tokens"]
     assert {"lemon eval", "lemon train", "lemon sft"} <= seen["threads"]  # issue 25: eval refused --threads
     assert {"lemon run", "lemon exec", "lemon eval", "lemon explain", "lemon train", "lemon sft"} <= seen["no_cache"]
+
+
+def test_every_command_takes_the_shared_options_of_the_table() -> None:
+    """The dialect's table (options.TAKES): each shared option is accepted by every command it makes sense for
+    (issue 23: eval refused --threads, --out and --seed) and by no command the table does not name."""
+    have = {" ".join(path): {p.name for p in _options(cmd)} for path, cmd in _commands() if path}
+    assert set(TAKES) == set(SHARED)
+    for name, where in TAKES.items():
+        assert where <= set(have), f"--{name}: the table names commands that do not exist: {sorted(where - set(have))}"
+        for command, options in sorted(have.items()):
+            if command in where:
+                assert name in options, f"lemon {command} does not take {SHARED[name].flag}"
+            else:
+                assert name not in options, f"lemon {command} takes {SHARED[name].flag}; add it to options.TAKES"
+
+
+def test_out_is_a_folder_for_every_command() -> None:
+    """`--out` names a folder everywhere; a command that writes one file names it with --file (or a positional)."""
+    for path, cmd in _commands():
+        for p in _options(cmd):
+            if p.name == "out":
+                said = (p.help or "").lower()
+                assert "folder" in said or "directory" in said, f"lemon {' '.join(path)}: --out is a file: {p.help}"
 
 
 def test_the_cli_defaults_are_the_librarys() -> None:

@@ -68,12 +68,18 @@ EXIT_BUDGET_SPENT = 4
 @dataclass(frozen=True)
 class EvalPlan:
     """Which (item, seed) pairs: the first `limit` items of `split` (None: the evaluation split), seeds
-    0..seeds-1, read from `data_dir` (None: LEMON_DATA_DIR)."""
+    first_seed..first_seed+seeds-1 (`lemon eval --seed S`: one replicate, S), read from `data_dir` (None:
+    LEMON_DATA_DIR)."""
 
     split: str | None = None
     limit: int | None = None
     seeds: int = 1
     data_dir: str | Path | None = None
+    first_seed: int = 0
+
+    @property
+    def seed_range(self) -> range:
+        return range(self.first_seed, self.first_seed + self.seeds)
 
 
 @dataclass(frozen=True)
@@ -216,7 +222,7 @@ class _Run:
     run_id: str
     split: str
     items: list[Item]
-    seeds: int
+    seeds: range
     todo: list[tuple[str, int]]  # the pairs this invocation is responsible for (its shard)
     jobs: list[tuple[Item, int]]  # those of them not stored yet
     tracker: _Tracker
@@ -263,23 +269,24 @@ def _open_run(db: ResultsStore, settings: EvalSettings, plan: EvalPlan, executio
     if execution.budget_tokens_total is not None:  # recorded, not identity: it never changes an item's result
         config["budget_tokens_total"] = execution.budget_tokens_total
     db.ensure_run(run_id, benchmark=settings.benchmark, split=split, method=settings.method.name,
-                  pool=settings.pool, level=settings.level, seeds=plan.seeds, n_items=len(items), config=config)
+                  pool=settings.pool, level=settings.level, seeds=plan.seed_range.stop, n_items=len(items),
+                  config=config)
     if execution.retry_errors:
         dropped = db.delete_errors(run_id)
         if dropped:
             log.info("retrying %d items that ended in error", dropped)
     by_id = {str(i.id): i for i in items}
-    keys = [(str(i.id), s) for s in range(plan.seeds) for i in items]
+    keys = [(str(i.id), s) for s in plan.seed_range for i in items]
     shard = execution.shard
     todo = keys if shard is None else keys[shard[0]::shard[1]]  # by position in the full list: disjoint
     pending = db.pending_items(run_id, todo)
     if len(todo) > len(pending):
         log.info("run %s: resuming, %d of %d (item, seed) pairs stored", run_id, len(todo) - len(pending), len(todo))
-    stored = db.items(run_id, item_ids=list(by_id), seeds=range(plan.seeds))
+    stored = db.items(run_id, item_ids=list(by_id), seeds=plan.seed_range)
     cap = execution.budget_tokens_total
     budget = None if cap is None else TokenLedger(cap, "eval",
                                                   used=sum(r.total_tokens + r.orchestrator_tokens for r in stored))
-    return _Run(settings=settings, run_id=run_id, split=split, items=items, seeds=plan.seeds, todo=todo,
+    return _Run(settings=settings, run_id=run_id, split=split, items=items, seeds=plan.seed_range, todo=todo,
                 jobs=[(by_id[i], s) for i, s in pending], tracker=_Tracker(stored), eval_budget=budget)
 
 
@@ -310,17 +317,17 @@ async def _compute(db: ResultsStore, run: _Run, execution: Execution, owner: str
                 pool_factory=execution.pool_factory, eval_budget=run.eval_budget,
                 claim=lambda item_id, seed: db.claim(run.run_id, item_id, seed, owner))
     except LemonError as exc:
-        raise type(exc)(f"{exc} [{run.tracker.n} of {len(run.items) * run.seeds} results are stored in {db.path}; "
+        raise type(exc)(f"{exc} [{run.tracker.n} of {len(run.items) * len(run.seeds)} results are stored in {db.path}; "
                         "re-run the same command to resume]") from exc
 
 
 def _summary(db: ResultsStore, run: _Run, execution: Execution) -> EvalSummary:
-    rows = db.items(run.run_id, item_ids=[str(i.id) for i in run.items], seeds=range(run.seeds))
+    rows = db.items(run.run_id, item_ids=[str(i.id) for i in run.items], seeds=run.seeds)
     info = db.run(run.run_id)
     assert info is not None
     s = run.settings
     return EvalSummary(run_id=run.run_id, store_path=db.path, benchmark=s.benchmark, split=run.split,
-                       method=s.method.name, pool=s.pool, level=s.level, n_items=len(run.items), seeds=run.seeds,
+                       method=s.method.name, pool=s.pool, level=s.level, n_items=len(run.items), seeds=len(run.seeds),
                        computed=len(run.tracker.new), skipped=run.skipped, stats=run_stats(info, rows),
                        in_error=sum(r.status == "error" for r in rows), not_computed=run.not_computed,
                        budget_tokens_total=execution.budget_tokens_total,
@@ -374,6 +381,8 @@ def _check_options(settings: EvalSettings, plan: EvalPlan, execution: Execution)
     get_task(settings.benchmark)
     if plan.seeds < 1 or execution.concurrency < 1 or (plan.limit is not None and plan.limit < 1):
         raise LemonError("--seeds, --concurrency and --limit must be at least 1")
+    if plan.first_seed < 0:
+        raise LemonError(f"--seed must be 0 or more (a replicate's number), got {plan.first_seed}")
     shard = execution.shard
     if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
         raise LemonError(f"--shard must be I/N with 0 <= I < N, got {shard[0]}/{shard[1]}")

@@ -190,7 +190,7 @@ def find_comparisons(store: ResultsStore, runs: Sequence[RunInfo], a: str, b: st
         if b == BEST:
             rb = _best_other(store, runs, ra)
             if rb is not None:
-                out.append(paired_compare(rb, store.items(rb.run_id), ra, store.items(ra.run_id)))
+                out.append(paired_compare(ra, store.items(ra.run_id), rb, store.items(rb.run_id)))  # as asked: A, B
             continue
         for rb in runs:
             if rb.run_id == ra.run_id or not _matches(rb, b):
@@ -303,7 +303,8 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
             lines.append(
                 f"| {s.run.method} | {s.run.split} | {s.n_items}{partial} | {len(s.seeds)} | {s.run.pool} | "
                 f"{level} | {temp} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} | "
-                f"{_fmt_tokens(s.orchestrator_tokens_mean)} | {s.wall_s_mean:.1f} | {s.errors} | `{s.run.run_id}` |"
+                f"{_fmt_tokens(s.orchestrator_tokens_mean)} | {_fmt_tokens(s.wall_s_mean)} | {s.errors} | "
+                f"`{s.run.run_id}` |"
             )
         lines += _render_front([s for s in stats if s.run.benchmark == bench])
         for c in (c for c in comparisons if c.run_a.benchmark == bench):

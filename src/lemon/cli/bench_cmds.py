@@ -57,12 +57,17 @@ def eval_cmd(
     method: Annotated[str, typer.Option("--method", "-m", help=_METHOD_HELP)],
     split: Annotated[str | None, typer.Option(help="Split (default: the evaluation split).")] = None,
     limit: LimitOpt = None,
-    seeds: Annotated[int, typer.Option(help="Seeds 0..K-1; each is a sampled replicate.")] = 1,
+    seeds: Annotated[int, typer.Option(help="Seeds 0..K-1 (from --seed S: S..S+K-1); each is a sampled "
+                                            "replicate.")] = 1,
+    seed: Annotated[int | None, opt("seed", help="Only replicate S (with --seeds K: S..S+K-1), e.g. to add seed 3 "
+                                                  "to a run of seeds 0..2.")] = None,
     pool: PoolOpt = DEFAULT_POOL,
     level: Annotated[str | None, typer.Option(help="Capacity level of every agent of a fixed baseline "
                                                     "(default medium); the other methods pick levels.")] = None,
     concurrency: Annotated[int, typer.Option(help="(item, seed) runs in flight at once.")] = 4,
     store: StoreOpt = None,
+    out: Annotated[Path | None, opt("out", help="Folder for the results store (OUT/results.sqlite), instead of "
+                                                "--store.")] = None,
     data_dir: DataDirOpt = None,
     temperature: TemperatureOpt = DEFAULT_TEMPERATURE,
     max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS,
@@ -102,15 +107,24 @@ def eval_cmd(
     settings = EvalSettings(benchmark=benchmark, method=resolve_method(method), level=_eval_level(method, level, pool),
                             pool=pool, temperature=temperature, max_tokens=_identity_max_tokens(pool, max_tokens),
                             n_agents=agents, budget_tokens=budget_tokens, call_timeout_s=timeout, cache=not no_cache)
-    plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir)
+    plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir, first_seed=seed or 0)
+    store = _eval_store(store, out)
     execution = Execution(concurrency=concurrency, ray_address=ray, shard=_parse_shard(shard),
                           budget_tokens_total=budget_tokens_total, retry_errors=retry_errors)
     with eval_progress_bar(err_console) as on_progress:
         summary = asyncio.run(evaluate(settings, plan, store=store, execution=execution, on_progress=on_progress))
     _print_summary(console, summary, summary_lines)
+    console.print(f"see it: lemon view {summary.run_id} --store {summary.store_path}", markup=False, highlight=False)
     code = exit_status(summary)
     if code:
         raise typer.Exit(code)
+
+
+def _eval_store(store: Path | None, out: Path | None) -> Path | None:
+    """`--out DIR` is a folder, as for every command: the run's store is DIR/results.sqlite."""
+    if store is not None and out is not None:
+        raise LemonError("--store (a file) and --out (its folder) both say where results go; pass one of them")
+    return out / "results.sqlite" if out is not None else store
 
 
 def _print_summary(console: Any, summary: Any, summary_lines: Any) -> None:
@@ -157,27 +171,31 @@ def _identity_max_tokens(pool: str, max_tokens: int) -> int | None:
 
 def report_cmd(
     store: StoreOpt = None,
-    out: Annotated[Path | None, opt("out", help="Write the markdown here, e.g. docs/results.md.")] = None,
+    out: Annotated[Path | None, opt("out", help="Folder to write results.md and accuracy-vs-tokens.png into.")] = None,
+    file: Annotated[Path | None, opt("file", help="Write the markdown to this file, e.g. docs/results.md.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write accuracy-vs-tokens PNG, e.g. docs/x.png.")] = None,
     compare: Annotated[list[str] | None, typer.Option(help=_COMPARE_HELP)] = None,
 ) -> None:
     """Tables of accuracy (mean ± std over seeds) and tokens per benchmark, paired tests, and a plot."""
     from lemon.bench.report import build_report
     from lemon.bench.store import ResultsStore, default_store_path
-    from lemon.errors import LemonError
+    from lemon.cli.options import output_file
 
     console = consoles().out
     path = store or default_store_path()
     if not path.exists():
         raise LemonError(f"no results store at {path}; run `lemon eval` first or pass --store")
     pairs = [_compare_pair(value) for value in compare or ()]
+    markdown = output_file(out, file, "results.md")
+    if plot is None and out is not None and markdown is not None and markdown.parent == out:
+        plot = out / "accuracy-vs-tokens.png"
     with ResultsStore(path) as db:
-        report = build_report(db, out=out, plot=plot, compare=pairs)
+        report = build_report(db, out=markdown, plot=plot, compare=pairs)
     console.print(Markdown(report.markdown))
-    if out is not None:
-        console.print(f"wrote {out}", markup=False, highlight=False)
-    if report.plot_path is not None:
-        console.print(f"wrote {report.plot_path}", markup=False, highlight=False)
+    for written in (markdown, report.plot_path):
+        if written is not None:
+            console.print(f"wrote {written}", markup=False, highlight=False)
+    console.print(f"see the runs item by item: lemon view --store {path}", markup=False, highlight=False)
 
 
 def _compare_pair(value: str) -> tuple[str, str]:

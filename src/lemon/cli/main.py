@@ -24,11 +24,13 @@ from lemon.cli.options import (
     BaseUrlOpt,
     LemonTyper,
     MaxTokensOpt,
+    MaybeThreadsOpt,
     ModelOpt,
     NoCacheOpt,
     PoolOpt,
     SeedOpt,
     TemperatureOpt,
+    apply_threads,
     check_task,
     check_worker_options,
     consoles,
@@ -103,12 +105,14 @@ def run(
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
     as_json: JsonOpt = False,
+    threads: MaybeThreadsOpt = None,
 ) -> None:
     """Orchestrate TASK into a spec, execute it, and show the answer, the spec and tokens per agent."""
     from lemon.cli.session import RunOptions, endpoint_pool, run_task
 
     check_task(task)
     _check_run_options(max_tokens, budget_tokens, timeout, temperature)
+    apply_threads(threads)
     pool = endpoint_pool(pool, model, base_url, api_key_env)
     opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, out, cache=not no_cache,
                       temperature=temperature, as_json=as_json)
@@ -132,12 +136,14 @@ def exec_(
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
     as_json: JsonOpt = False,
+    threads: MaybeThreadsOpt = None,
 ) -> None:
     """Execute an existing SPEC on TASK."""
     from lemon.cli.session import RunOptions, endpoint_pool, exec_spec
 
     check_task(task)
     _check_run_options(max_tokens, budget_tokens, timeout, temperature)
+    apply_threads(threads)
     pool = endpoint_pool(pool, model, base_url, api_key_env)
     opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, out, cache=not no_cache,
                       temperature=temperature, as_json=as_json)

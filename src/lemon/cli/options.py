@@ -63,6 +63,28 @@ SHARED: dict[str, Shared] = {
     "api_key_env": Shared("--api-key-env", "Environment variable holding the API key of --base-url."),
 }
 
+_RUNNERS = frozenset({"run", "exec", "eval"})
+_READERS = frozenset({"trace", "view", "report", "export csv", "export inspect", "export otel"})
+# The dialect's table: shared option -> the commands that take it (every command it makes sense for), walked by
+# tests/cli/test_dialect.py. `--out` is always a folder; a command that writes one file also takes `--file`.
+TAKES: dict[str, frozenset[str]] = {
+    "pool": _RUNNERS | {"validate", "models", "explain", "train"},
+    "no_cache": _RUNNERS | {"explain", "train", "sft"},
+    "data_dir": frozenset({"eval", "explain", "train", "sft"}),
+    "threads": _RUNNERS | {"explain", "train", "sft"},
+    "seed": _RUNNERS | {"explain", "trace", "view", "train", "sft"},
+    "max_tokens": _RUNNERS | {"explain"},
+    "policy_max_tokens": frozenset({"train", "sft"}),
+    "temperature": _RUNNERS,
+    "limit": frozenset({"eval", "train", "sft"}),
+    "store": (_READERS - {"report"}) | {"eval", "report", "explain", "runs", "runs list", "runs delete"},
+    "out": _RUNNERS | _READERS | {"train", "sft", "plot"},
+    "file": _READERS | {"plot"},
+    "model": _RUNNERS,
+    "base_url": _RUNNERS,
+    "api_key_env": _RUNNERS,
+}
+
 # Old spelling -> the one spelling (accepted, hidden from help, with a one-line notice).
 RENAMED: dict[str, str] = {
     "--limit-tasks": "--limit",

@@ -7,6 +7,7 @@ Everything goes through `ResultsStore`'s public methods; deleting asks for `--ye
 from __future__ import annotations
 
 import datetime
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lemon.bench.methods import shown_level
+from lemon.bench.store import RunInfo
 from lemon.cli.options import LemonTyper, StoreOpt, consoles
 from lemon.errors import LemonError
 
@@ -41,31 +43,48 @@ def _selected(db: object, run_ids: list[str] | None, benchmark: str | None, meth
             and (method is None or r.method == method)]
 
 
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the runs as JSON (one object per run).")]
+
+
 @runs_app.callback()
 def _default(ctx: typer.Context, store: StoreOpt = None, benchmark: BenchmarkFilter = None,
-             method: MethodFilter = None) -> None:
+             method: MethodFilter = None, as_json: JsonFlag = False) -> None:
     """Without a subcommand: the same as `lemon runs list`."""
     if ctx.invoked_subcommand is None:
-        list_cmd(store=store, benchmark=benchmark, method=method)
+        list_cmd(store=store, benchmark=benchmark, method=method, as_json=as_json)
 
 
 @runs_app.command("list")
-def list_cmd(store: StoreOpt = None, benchmark: BenchmarkFilter = None, method: MethodFilter = None) -> None:
+def list_cmd(store: StoreOpt = None, benchmark: BenchmarkFilter = None, method: MethodFilter = None,
+             as_json: JsonFlag = False) -> None:
     """One row per run: id, benchmark, split, method, pool, level, seeds, items stored of those requested."""
     from lemon.bench.store import open_existing_store
 
     path = _store_path(store)
     with open_existing_store(path) as db:
-        runs = _selected(db, None, benchmark, method)
-        table = Table(title=Text(f"{len(runs)} run(s) in {path}"), title_justify="left")
-        for col in ("run", "benchmark", "split", "method", "pool", "level", "seeds", "stored", "updated"):
-            table.add_column(col, overflow="fold")
-        for r in runs:
-            updated = datetime.datetime.fromtimestamp(r.updated).strftime("%Y-%m-%d %H:%M")
-            table.add_row(*(Text(str(v)) for v in (
-                r.run_id, r.benchmark, r.split, r.method, r.pool, shown_level(r.method, r.level), r.seeds,
-                f"{db.count(r.run_id)}/{r.n_items * r.seeds}", updated)))
+        runs = [(r, db.count(r.run_id)) for r in _selected(db, None, benchmark, method)]
+    if as_json:
+        consoles().out.file.write(json.dumps([_run_json(r, n) for r, n in runs], ensure_ascii=False, indent=1) + "\n")
+        return
+    table = Table(title=Text(f"{len(runs)} run(s) in {path}"), title_justify="left")
+    # A run id is what the other commands take: never folded or cut, the other columns give way.
+    table.add_column("run", no_wrap=True, min_width=max((len(r.run_id) for r, _ in runs), default=3))
+    for col in ("benchmark", "split", "method", "pool", "level", "seeds", "stored", "updated"):
+        table.add_column(col, overflow="fold")
+    for r, n in runs:
+        updated = datetime.datetime.fromtimestamp(r.updated).strftime("%Y-%m-%d %H:%M")
+        table.add_row(*(Text(str(v)) for v in (
+            r.run_id, r.benchmark, r.split, r.method, r.pool, shown_level(r.method, r.level), r.seeds,
+            f"{n}/{r.n_items * r.seeds}", updated)))
     consoles().out.print(table)
+
+
+def _run_json(r: RunInfo, stored: int) -> dict[str, object]:
+    """A run as `lemon runs list --json` prints it: its identity, how much is stored, and when."""
+    return {"run_id": r.run_id, "benchmark": r.benchmark, "split": r.split, "method": r.method, "pool": r.pool,
+            "level": r.level, "shown_level": shown_level(r.method, r.level), "seeds": r.seeds, "n_items": r.n_items,
+            "stored": stored, "requested": r.n_items * r.seeds, "temperature": r.config.get("temperature"),
+            "created": r.created, "updated": r.updated}
 
 
 @runs_app.command("delete")

@@ -197,14 +197,17 @@ def train_cmd(
 def plot_cmd(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run directories (or their metrics.jsonl); several "
                                                         "share the axes, e.g. RUNS/cf RUNS/global.")],
-    out: Annotated[Path, opt("out", help="PNG to write.")] = Path("training.png"),
+    out: Annotated[Path | None, opt("out", help="Folder to write training.png into.")] = None,
+    file: Annotated[Path | None, opt("file", help="The PNG to write (default ./training.png).")] = None,
     smooth: Annotated[int, typer.Option(help="Moving-average window in steps.")] = 1,
 ) -> None:
     """Draw the training curves of one run, or of several on the same axes, as a PNG."""
+    from lemon.cli.options import output_file
     from lemon.train.plot import plot_runs
 
     console = consoles().out
-    console.print(f"wrote {plot_runs(run_dirs, out, smooth=max(1, smooth))}", markup=False)
+    dest = output_file(out, file, "training.png") or Path("training.png")
+    console.print(f"wrote {plot_runs(run_dirs, dest, smooth=max(1, smooth))}", markup=False)
 
 
 def export_gguf_cmd(

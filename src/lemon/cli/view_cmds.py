@@ -24,8 +24,10 @@ from lemon.cli.options import (
     DEFAULT_POOL,
     DataDirOpt,
     LemonTyper,
+    MaybeThreadsOpt,
     NoCacheOpt,
     StoreOpt,
+    apply_threads,
     consoles,
     opt,
     output_file,
@@ -231,12 +233,14 @@ def explain_cmd(
                                    "own).")] = DEFAULT_MAX_TOKENS,
     no_cache: NoCacheOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the attribution as JSON.")] = False,
+    threads: MaybeThreadsOpt = None,
 ) -> None:
     """Counterfactual attribution: how each single-field edit of the spec changes correctness and tokens.
 
     Re-runs every applicable single-field edit (edge deleted, duty reverted, capacity lowered) and shows how
     each changes correctness and tokens. Stored with the run."""
     console, err = consoles()
+    apply_threads(threads)
 
     def on_plan(att: Any) -> None:
         n, tokens, calls = att.estimate()
