@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,3 +48,17 @@ def test_default_spec_output_never_has_descendants(task: str) -> None:
     spec = proposal.spec
     assert not spec.descendants(spec.final_agent())
     assert proposal.source == "template" and proposal.tokens == 0
+
+
+def test_a_team_of_the_data_file_may_carry_a_stop_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """teams.yaml can name a stop-rule team (issue 24: the default uses the best measured one)."""
+    from lemon.orchestrator import template
+    from lemon.spec.model import StopRule
+    from lemon.spec.roles import RoleLibrary
+
+    voters = [{"name": f"v{i}", "role": "math_solver", "capacity": "strongest"} for i in range(3)]
+    team = {"agents": [*voters, {"name": "vote", "role": "majority_vote", "capacity": "strongest",
+                                 "depends_on": ["v0", "v1", "v2"], "stop": {"agree": 2}}], "output": "vote"}
+    monkeypatch.setattr(template, "_teams", lambda: {"number": team})
+    spec = template.team_spec("number", RoleLibrary.load(), ("small", "medium", "large"))
+    assert spec.agent("vote").stop == StopRule(agree=2) and spec.agent("v2").capacity == "large"

@@ -62,7 +62,8 @@ def team_spec(kind: Kind, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
     data = _teams()[kind]
     agents = tuple(Agent(name=a["name"], role=a["role"], duty=a.get("duty", ""),
                          capacity=resolve_capacity(a["capacity"], levels),
-                         depends_on=tuple(a.get("depends_on", ()))) for a in data["agents"])
+                         depends_on=tuple(a.get("depends_on", ())), stop=a.get("stop"))
+                   for a in data["agents"])
     return validate_spec(Spec(agents=agents, output=data["output"]), roles, levels)
 
 
