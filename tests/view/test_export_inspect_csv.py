@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 
 import pytest
-from inspect_ai.log import read_eval_log
+from inspect_ai.log import read_eval_log, resolve_sample_attachments
 
 from lemon.bench.store import ResultsStore
 
@@ -64,3 +64,43 @@ def test_export_bad_input_writes_nothing(stored: Stored, tmp_path: Path, _isolat
     assert_one_line_error(lemon("export", "csv", "nope", "--file", str(outs / "x.csv"), "--store",
                                 str(stored.store), home=_isolated_home), "no run 'nope'")
     assert list(outs.iterdir()) == []
+
+
+def test_inspect_log_carries_the_agents_as_events(stored: Stored, tmp_path: Path, _isolated_home: Path) -> None:
+    """`inspect view` shows each agent's messages: a span per agent with its model call (messages, output)."""
+    out = tmp_path / "run.eval"
+    assert lemon("export", "inspect", stored.good, str(out), "--store", str(stored.store),
+                 home=_isolated_home).returncode == 0
+    log = read_eval_log(str(out))
+    assert log.samples is not None
+    with ResultsStore(stored.store) as db:
+        for s in map(resolve_sample_attachments, log.samples):  # long texts are stored as attachments
+            trace = db.trace(stored.good, str(s.id), s.epoch - 1)
+            assert trace is not None
+            spans = [e for e in s.events if e.event == "span_begin"]
+            assert [(e.name, e.type) for e in spans] == [("solver", "agent"), ("checker", "agent"), ("final", "agent")]
+            calls = [e for e in s.events if e.event == "model"]
+            assert [c.role for c in calls] == ["solver", "checker", "final"]
+            for c in calls:
+                sent = [(p["role"], p["content"]) for p in trace["prompts"][c.role]]
+                assert [(m.role, m.text) for m in c.input] == sent
+                assert c.output.completion == trace["contents"][c.role] and c.model == "scripted-good"
+                assert c.span_id == f"agent-{c.role}" and c.output.usage is not None
+                assert c.output.usage.total_tokens == sum(trace["metrics"]["tokens_by_agent"][c.role][k]
+                                                          for k in ("prompt", "completion"))
+
+
+def test_inspect_log_of_a_vote_holds_its_tally(tmp_path: Path) -> None:
+    from lemon.bench.export_inspect import write_inspect_log
+    from lemon.bench.tracefile import trace_store
+
+    from .test_honest_items import _run, _team, _voters
+
+    path = _run(_voters(["The answer is 5.", "The answer is 6.", "So 5."]), _team(3), tmp_path)
+    db, run = trace_store(path)
+    with db:
+        write_inspect_log(db, run, tmp_path / "vote.json")
+    (sample,) = read_eval_log(str(tmp_path / "vote.json")).samples or []
+    (tally,) = [e for e in sample.events if e.event == "info" and e.source == "vote"]
+    assert tally.data["tally"] == [{"answer": "5", "voters": ["v0", "v2"]}, {"answer": "6", "voters": ["v1"]}]
+    assert [e.role for e in sample.events if e.event == "model"] == ["v0", "v1", "v2"]

@@ -3,7 +3,10 @@
 So `inspect view` opens LEMON runs next to a lab's other evaluations: one sample per (item, seed) (epoch =
 seed + 1), the task text as input, the gold answer as target, the output agent's text as output, a `correct`
 score (1/0, with the extracted prediction as the answer), and model usage per capacity level (`lemon/<level>`)
-for each sample and for the whole run. inspect_ai is imported here only, so the rest of LEMON never needs it.
+for each sample and for the whole run. Each sample's transcript holds the agents as events: a span per agent
+(type `agent`, in the order they ran) holding its model call (a ModelEvent with the exact messages it was sent
+and its output, `cache="read"` when a cache answered it) or, for a vote, its tally; the orchestrator's spec and
+any stop rule's decision are info events. inspect_ai is imported here only, so the rest of LEMON never needs it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,73 @@ def _usage(rows_tokens: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: ModelUsage(input_tokens=i, output_tokens=o, total_tokens=i + o) for k, (i, o) in sorted(acc.items())}
 
 
+def _at(started: float, t: float | None) -> datetime:
+    return datetime.fromtimestamp(started + (t or 0.0), UTC)
+
+
+def _model_event(a: Any, started: float, config: Any) -> Any:
+    """One agent's model call as Inspect records one: the messages it was sent, its output and usage."""
+    from inspect_ai.event import ModelEvent
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser, ModelOutput, ModelUsage
+
+    kinds = {"system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant}
+    messages = [kinds.get(m["role"], ChatMessageUser)(content=m["content"]) for m in a.prompt or ()]
+    output = ModelOutput.from_content(model=a.model, content=a.output or "")
+    prompt, completion = int(a.prompt_tokens or 0), int(a.completion_tokens or 0)
+    output.usage = ModelUsage(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion)
+    sent = a.sent_s if a.sent_s is not None else a.start_s
+    return ModelEvent(model=a.model, role=a.name, input=messages, tools=[], tool_choice="none", config=config,
+                      output=output, cache="read" if a.cached else None, span_id=f"agent-{a.name}",
+                      timestamp=_at(started, sent), working_start=sent or 0.0, completed=_at(started, a.end_s),
+                      working_time=a.latency_s, metadata={"capacity": a.capacity, "queued_s": a.queued_s})
+
+
+def _agent_events(a: Any, started: float, config: Any) -> list[Any]:
+    """A span per agent that ran (its model call or its tally inside); one info event for one that did not."""
+    from inspect_ai.event import InfoEvent, SpanBeginEvent, SpanEndEvent
+
+    from lemon.bench.itemview import vote_tally
+
+    if not a.ran:
+        return [InfoEvent(source=a.name, data={"agent": a.name, "not_run": a.note or "not run"},
+                          timestamp=_at(started, 0.0), working_start=0.0)]
+    sid = f"agent-{a.name}"
+    meta = {"role": a.role, "capacity": a.capacity, "duty": a.duty, "depends_on": list(a.depends_on),
+            "cache_hit": bool(a.cached)}
+    out: list[Any] = [SpanBeginEvent(id=sid, name=a.name, type="agent", metadata=meta,
+                                     timestamp=_at(started, a.start_s), working_start=a.start_s or 0.0)]
+    if a.votes is not None:
+        tally = [{"answer": answer, "voters": voters} for answer, voters in vote_tally(a.votes)]
+        out.append(InfoEvent(source=a.name, data={"tally": tally, "output": a.output}, span_id=sid,
+                             timestamp=_at(started, a.end_s), working_start=a.end_s or 0.0))
+    elif a.model and a.model != "vote":
+        out.append(_model_event(a, started, config))
+    out.append(SpanEndEvent(id=sid, span_id=sid, timestamp=_at(started, a.end_s), working_start=a.end_s or 0.0))
+    return out
+
+
+def sample_events(run: RunInfo, trace: dict[str, Any], started: float) -> list[Any]:
+    """The sample's transcript: the orchestrator's spec, each agent in the order it started, stop rules."""
+    from inspect_ai.event import InfoEvent
+    from inspect_ai.model import GenerateConfig
+
+    from lemon.bench.itemview import agent_records, orchestrator_event, stop_rule_events
+
+    config = GenerateConfig(temperature=run.config.get("temperature"), max_tokens=run.config.get("max_tokens"))
+    events: list[Any] = []
+    orch = orchestrator_event(trace)
+    if orch is not None:
+        events.append(InfoEvent(source="orchestrator", timestamp=_at(started, orch.get("t")),
+                                data={k: orch.get(k) for k in ("source", "tokens", "warnings", "raw")}))
+    agents = sorted(agent_records(trace), key=lambda a: (a.start_s is None, a.start_s or 0.0))
+    for a in agents:
+        events += _agent_events(a, started, config)
+    for e in stop_rule_events(trace):
+        events.append(InfoEvent(source="stop_rule", data={k: v for k, v in e.items() if k != "id"},
+                                timestamp=_at(started, e.get("t"))))
+    return events
+
+
 def _sample(run: RunInfo, row: ItemRow, trace: dict[str, Any] | None) -> Any:
     from inspect_ai.log import EvalSample
     from inspect_ai.model import ChatMessageAssistant, ChatMessageUser, ModelOutput
@@ -53,7 +123,8 @@ def _sample(run: RunInfo, row: ItemRow, trace: dict[str, Any] | None) -> Any:
                   "total_tokens": row.total_tokens, "orchestrator_tokens": row.orchestrator_tokens,
                   "tokens_by_agent": json.loads(json.dumps(row.tokens, default=str))},
         model_usage=_usage([row.tokens]), total_time=row.latency_s,
-        started_at=_iso(row.created - row.latency_s), completed_at=_iso(row.created))
+        started_at=_iso(row.created - row.latency_s), completed_at=_iso(row.created),
+        events=sample_events(run, trace, row.created - row.latency_s) if trace else [])
 
 
 def inspect_log(db: ResultsStore, run: RunInfo) -> Any:
