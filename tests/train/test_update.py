@@ -4,6 +4,7 @@ loss, the LoRA reference without a second model copy, and inference stopping as 
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
@@ -358,3 +359,34 @@ def test_generation_ignores_the_models_own_generation_config(temperature: float)
             assert model.generation_config.repetition_penalty == 8.0
     assert runs[0] == runs[1]
     assert any(len(set(r)) < len(r) for r in runs[0])  # the plain samples repeat tokens: the penalty would bite
+
+
+def test_the_update_copies_a_bounded_sample_of_the_weights_not_all_of_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 25: every step copied ALL trainable weights to report how far they moved (a second copy of a full
+    fine-tune's weights). Now a strided sample of at most `WATCHED_ELEMENTS` is copied, and its relative
+    change tracks the exact one."""
+    from torch.overrides import TorchFunctionMode
+
+    from lemon.train import grpo
+
+    class CountClones(TorchFunctionMode):
+        copied = 0
+
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is torch.Tensor.clone and args[0].is_floating_point():
+                CountClones.copied += args[0].numel()
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setattr(grpo, "WATCHED_ELEMENTS", 2000, raising=False)
+    batch = StepBatch([[1, 2, 3]] * 2, [[6, 7, 8, 9], [10, 11]], [1.0, -1.0], [[], []])
+    model = _plain_llama()
+    start = [p.detach().clone() for p in model.parameters()]
+    n = sum(p.numel() for p in start)
+    cfg = TrainConfig.model_validate({"credit": {"kl_beta": 0.0}, "optim": {"lr": 0.05}})
+    with CountClones():
+        stats = policy_update(model, batch, torch.optim.AdamW(model.parameters(), lr=0.05), cfg, 0)
+    assert n > 10 * 2000 and CountClones.copied <= 2000 + len(start)
+    exact = math.sqrt(sum(float((p.detach() - s).square().sum()) for p, s in zip(model.parameters(), start,
+                                                                                 strict=True)))
+    exact /= math.sqrt(sum(float(s.square().sum()) for s in start))
+    assert stats["weight_change"] == pytest.approx(exact, rel=0.2)

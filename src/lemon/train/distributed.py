@@ -169,6 +169,42 @@ class Distributed:
         if self.accelerator is not None:
             self.accelerator.wait_for_everyone()
 
+    def model_state(self, model: Any) -> dict[str, torch.Tensor] | None:
+        """The whole model's weights for a checkpoint, gathered from the shards under FSDP: a collective that
+        EVERY process must call (the main one gets the tensors on the CPU, the others an empty dict). None
+        when the parameters are not sharded: the module saves itself."""
+        if not self.sharded:
+            return None
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(model, options=_full_state())
+
+    def optimizer_state(self, model: Any, optimizer: Any) -> dict[str, Any]:
+        """The optimizer's state for a checkpoint; under FSDP gathered from every shard (a collective, like
+        `model_state`), keyed by parameter name, so any number of processes can load it."""
+        if not self.sharded:
+            return optimizer.state_dict()  # type: ignore[no-any-return]
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        return get_optimizer_state_dict(model, optimizer, options=_full_state())  # type: ignore[return-value]
+
+    def load_optimizer_state(self, model: Any, optimizer: Any, state: dict[str, Any]) -> None:
+        """Inverse of `optimizer_state`; under FSDP only the main process needs `state` (it is broadcast)."""
+        if not self.sharded:
+            optimizer.load_state_dict(state)
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(model, optimizer, state,
+                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+
+
+def _full_state() -> Any:
+    """Full (unsharded) tensors on the main process's CPU: what a checkpoint file holds."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, cpu_offload=True)
+
 
 def open_distributed(precision: Precision = "auto") -> tuple[Distributed, Literal["fp32", "bf16"]]:
     """The process group of this run (accelerate) and its precision; one CPU process in fp32 loads nothing."""

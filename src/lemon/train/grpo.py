@@ -239,13 +239,32 @@ def _trainable(model: Any) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def _relative_change(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor]) -> float:
-    """||after - before|| / ||before|| over all trainable tensors (the 'did the policy move' number)."""
+# Elements of the trainable weights the weight-change monitor copies before a step (4 MiB in fp32).
+WATCHED_ELEMENTS = 1 << 20
+
+
+def watched_weights(params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Every k-th element of each trainable tensor (this process's shard under FSDP), flattened views, with
+    k chosen so that at most ~`WATCHED_ELEMENTS` are watched: all of them for LoRA or a small policy.
+
+    Why not all: `policy_update` copied every trainable weight each step to measure how far the policy
+    moved, which doubles the weights' memory on a full fine-tune (a 7B policy: 28 GB more in fp32).
+    """
+    local = [p.to_local() if hasattr(p, "to_local") else p for p in params]
+    stride = max(1, -(-sum(p.numel() for p in local) // WATCHED_ELEMENTS))
+    return [p.detach().reshape(-1)[::stride] for p in local]
+
+
+def _relative_change(before: Sequence[torch.Tensor], after: Sequence[torch.Tensor], dist: Distributed) -> float:
+    """||after - before|| / ||before|| over the watched weights (the 'did the policy move' number), summed
+    over the shards of every process under FSDP."""
     # Per-tensor fp32 norms (one pass each), squared and summed in Python floats: a fp64 copy of every
     # tensor cost ~2.5 s per step on SmolLM2 on 2 cores, for a monitor that needs 3 digits.
-    num = math.sqrt(sum(float(torch.linalg.vector_norm(a - b)) ** 2 for a, b in zip(after, before, strict=True)))
-    den = math.sqrt(sum(float(torch.linalg.vector_norm(b)) ** 2 for b in before))
-    return num / den if den > 0 else num
+    num2 = sum(float(torch.linalg.vector_norm(a - b)) ** 2 for a, b in zip(after, before, strict=True))
+    den2 = sum(float(torch.linalg.vector_norm(b)) ** 2 for b in before)
+    if dist.sharded:
+        num2, den2 = dist.all_sum([num2, den2])
+    return math.sqrt(num2 / den2) if den2 > 0 else math.sqrt(num2)
 
 
 @dataclass
@@ -371,7 +390,7 @@ def policy_update(model: Any, batch: StepBatch, optimizer: Any, cfg: TrainConfig
         del stats["cf_span_p"]
         return stats
     params = _trainable(model)
-    before = [p.detach().clone() for p in params]
+    before = [w.clone() for w in watched_weights(params)]
     memo = _Memo()
     with scoring_mode(model, cfg.optim.gradient_checkpointing):
         for epoch in range(cfg.optim.epochs):
@@ -392,7 +411,7 @@ def policy_update(model: Any, batch: StepBatch, optimizer: Any, cfg: TrainConfig
         stats["cf_span_p"] /= stats["cf_span_tokens"]
     else:  # no span credit this step: no probability to report (a 0 would read as "credit had all the room")
         del stats["cf_span_p"]
-    stats["weight_change"] = _relative_change(before, [p.detach() for p in params])
+    stats["weight_change"] = _relative_change(before, watched_weights(params), dist)
     stats["updated"] = 1.0
     return stats
 
@@ -575,18 +594,37 @@ class Trainer:
             self.run.append(self.run.samples_path, sample_rows(step, groups))
         return row
 
+    @property
+    def engine_model(self) -> Any:
+        """The module the update runs (DDP/FSDP-wrapped under accelerate), whose shards a checkpoint gathers."""
+        return self.policy.model if self.update_model is None else self.update_model
+
     def save(self, step: int) -> Path:
-        assert self.run is not None
-        tmp = self.run.new_checkpoint(step)
-        self.policy.save(tmp)
-        torch.save(self.optimizer.state_dict(), tmp / "optimizer.pt")
-        (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "sampler": self.sampler.state_dict()}),
-                                                encoding="utf-8")
-        return self.run.commit_checkpoint(tmp, step, self.settings.keep_checkpoints)
+        """Write step N's checkpoint. EVERY process calls it: under FSDP the weights and the optimizer state
+        are gathered from all shards (collectives), then the main process writes; all return its path."""
+        weights = self.dist.model_state(self.engine_model)
+        optim = self.dist.optimizer_state(self.engine_model, self.optimizer)
+
+        def write() -> Path:
+            assert self.run is not None
+            tmp = self.run.new_checkpoint(step)
+            if weights is None:
+                self.policy.save(tmp)
+            else:
+                self.policy.save(tmp, weights)
+            torch.save(optim, tmp / "optimizer.pt")
+            (tmp / "trainer_state.json").write_text(json.dumps({"step": step, "sampler": self.sampler.state_dict()}),
+                                                    encoding="utf-8")
+            return self.run.commit_checkpoint(tmp, step, self.settings.keep_checkpoints)
+
+        return self.dist.on_main(write)
 
     def restore(self, checkpoint: Path) -> int:
-        """Load optimizer and sampler state of a checkpoint (the model was loaded from it); the next step."""
-        self.optimizer.load_state_dict(torch.load(checkpoint / "optimizer.pt", weights_only=True))
+        """Load optimizer and sampler state of a checkpoint (the model was loaded from it); the next step.
+        Under FSDP the main process reads the optimizer file and every shard takes its part."""
+        optim = {} if self.dist.sharded and not self.dist.is_main else torch.load(checkpoint / "optimizer.pt",
+                                                                                   weights_only=True)
+        self.dist.load_optimizer_state(self.engine_model, self.optimizer, optim)
         state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
         self.sampler.load_state_dict(state["sampler"])
         return int(state["step"]) + 1
@@ -745,30 +783,59 @@ async def train(s: TrainSettings, *, tasks: Sequence[TrainTask] | None = None, s
         for step in range(start, s.steps + 1):
             last = await trainer.step(step)
             all_invalid = all_invalid + 1 if last["valid_rate"] == 0.0 else 0
-            main = trainer.dist.is_main  # one process writes checkpoints and reports progress
-            if main and (step % s.save_every == 0 or step == s.steps):
-                trainer.save(step)
+            main = trainer.dist.is_main  # one process reports progress
+            if step % s.save_every == 0 or step == s.steps:
+                trainer.save(step)  # every process: FSDP gathers the shards, the main one writes
             if main and on_step is not None:
                 on_step(step, last)
             if all_invalid >= 2 and step == start + 1:
                 raise LemonError(f"steps {start}-{step}: {INVALID_HINT}")
     finally:
         await trainer.executor.pool.aclose()
-    final = s.run_dir / "final"
-    if trainer.dist.is_main:
-        export_final(trainer.policy, final)
-    trainer.dist.wait()
+    final = export_trained(trainer, s.run_dir / "final")
     return TrainSummary(s.run_dir, start, s.steps, final, last)
 
 
-def export_final(policy: HFPolicy | PolicyHandle, target: Path) -> None:
-    """Save the trained policy as a plain HF directory (LoRA merged), atomically."""
+def export_trained(trainer: Trainer, target: Path) -> Path:
+    """The run's final policy as a plain HF directory. EVERY process calls it: under FSDP the weights are
+    gathered from all shards first; the main process writes."""
+    weights = trainer.dist.model_state(trainer.engine_model)
+    trainer.dist.on_main(lambda: export_final(trainer.policy, target, weights))
+    return target
+
+
+def gathered_copy(policy: HFPolicy, weights: dict[str, torch.Tensor]) -> HFPolicy:
+    """A CPU policy of the same architecture (and adapter) holding `weights`, the state gathered from FSDP
+    shards: the live module holds only this process's shards, so it cannot be merged or saved itself.
+    Built on the meta device and filled by assignment, so the weights are not copied a second time."""
+    from transformers import AutoModelForCausalLM
+
+    live = policy.model
+    base = live.get_base_model() if hasattr(live, "get_base_model") else live
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(base.config)
+        if hasattr(live, "peft_config"):
+            from peft import get_peft_model
+
+            model = get_peft_model(model, live.peft_config["default"])
+    model.load_state_dict(weights, assign=True)
+    model.tie_weights()
+    return HFPolicy(model, policy.tokenizer)
+
+
+def export_final(policy: HFPolicy | PolicyHandle, target: Path,
+                 weights: dict[str, torch.Tensor] | None = None) -> None:
+    """Save the trained policy as a plain HF directory (LoRA merged), atomically; `weights`: the state
+    gathered from FSDP shards (`Distributed.model_state`)."""
     import copy
     import os
     import shutil
 
     tmp = target.with_name(f".{target.name}-tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
+    if weights is not None:
+        assert isinstance(policy, HFPolicy), "only an HF policy is ever sharded"
+        policy = gathered_copy(policy, weights)
     model = policy.model
     if hasattr(model, "merge_and_unload"):
         policy = HFPolicy(copy.deepcopy(model).merge_and_unload(), policy.tokenizer)  # type: ignore[union-attr]

@@ -29,7 +29,9 @@ class PolicyHandle(Protocol):
     def sample(self, prompts: Sequence[Sequence[int]], *, max_new_tokens: int, temperature: float,
                seed: int) -> list[Completion]: ...
 
-    def save(self, target: Path) -> None: ...
+    def save(self, target: Path, state: dict[str, torch.Tensor] | None = None) -> None:
+        """Write the policy to `target`; `state`: its weights gathered from FSDP shards (None: the module's)."""
+        ...
 
     def alternative(self, completion: Completion, start: int, end: int, replacement: str) -> tuple[int, int] | None:
         """(position, token id) where `completion` with text[start:end] replaced first differs from it."""
@@ -64,8 +66,10 @@ class HFPolicy:
         return first_divergence(completion.ids, completion.offsets, completion.text, start, end, replacement,
                                 tokenize)
 
-    def save(self, target: Path) -> None:
-        self.model.save_pretrained(str(target), safe_serialization=True)
+    def save(self, target: Path, state: dict[str, torch.Tensor] | None = None) -> None:
+        """A peft model writes only its adapter (picked out of `state` when given)."""
+        extra = {} if state is None else {"state_dict": state}
+        self.model.save_pretrained(str(target), safe_serialization=True, **extra)
         self.tokenizer.save_pretrained(str(target))
 
 

@@ -194,9 +194,9 @@ class SlotPolicy:
         return {name: {self.vocab[i]: float(probs[k, i]) for i in range(len(self.vocab)) if probs[k, i] > 1e-6}
                 for k, name in enumerate(self.slot_names) if name is not None}
 
-    def save(self, target: Path) -> None:
+    def save(self, target: Path, state: dict[str, torch.Tensor] | None = None) -> None:
         target.mkdir(parents=True, exist_ok=True)
-        torch.save(self.model.state_dict(), target / "slot_policy.pt")
+        torch.save(self.model.state_dict() if state is None else state, target / "slot_policy.pt")
 
 
 
