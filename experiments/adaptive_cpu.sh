@@ -11,13 +11,15 @@
 #
 # Usage: LEMON_DATA_DIR=../shared/data bash experiments/adaptive_cpu.sh [STAGE ...]
 #   stages (default: all, in this order): bank singles anchors
-# Environment: STORE (default $LEMON_HOME/adaptive-cpu.sqlite), LIMIT (60), SEEDS (2), BENCHES ("svamp gsm8k").
+# Environment: STORE (default $LEMON_HOME/adaptive-cpu.sqlite), LIMIT (60), SEEDS (2), BENCHES ("svamp gsm8k"),
+# POOL (cpu).
 set -euo pipefail
 home="${LEMON_HOME:-$HOME/.cache/lemon}"
 store="${STORE:-$home/adaptive-cpu.sqlite}"
 limit="${LIMIT:-60}"
 seeds="${SEEDS:-2}"
 benches="${BENCHES:-svamp gsm8k}"
+pool="${POOL:-cpu}"
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(bank singles anchors)
 mkdir -p "$home"
@@ -26,7 +28,7 @@ log="$store.runs.log"
 evaluate() {  # benchmark method [extra eval args]: one resumable evaluation, recorded in the log first
   local bench="$1" method="$2"
   shift 2
-  local args=(eval "$bench" --method "$method" --split test --limit "$limit" --pool cpu --level large
+  local args=(eval "$bench" --method "$method" --split test --limit "$limit" --pool "$pool" --level large
               --store "$store" "$@")
   echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]}" >> "$log"
   lemon "${args[@]}"

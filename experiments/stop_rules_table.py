@@ -8,7 +8,8 @@ is exactly what `lemon eval` would give it, at no model call; a request the bank
 Also printed: the per-item oracle (the cheapest team that is right on each item, else the cheapest team), an
 upper bound on what choosing a team per item can reach with these teams, and how the stopping point of
 `agree 2 of 5` tracks item difficulty (the share of the 5 voters that are wrong).
-Usage: python experiments/stop_rules_table.py [--store S] [--benchmarks svamp gsm8k] [--level large] [--json F]
+Usage: python experiments/stop_rules_table.py [--store S] [--benchmarks svamp gsm8k] [--level large] [--pool cpu]
+       [--json F]
 """
 
 from __future__ import annotations
@@ -73,12 +74,12 @@ def bank_run(store: ResultsStore, benchmark: str, level: str) -> tuple[str, dict
 Replay = tuple[dict[str, "Outcome"], dict[tuple[str, int], int]]
 
 
-async def replay(benchmark: str, level: str, store: ResultsStore) -> Replay:
+async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str = "cpu") -> Replay:
     """Every team of TEAMS on every (item, seed) the bank holds, through an offline pool; and per pair, how many
     of the 5 voters are wrong on their own (the item's difficulty)."""
     run_id, config = bank_run(store, benchmark, level)
     task, roles = get_task(benchmark), RoleLibrary.load()
-    pool = load_pool("cpu", offline=True)
+    pool = load_pool(pool_name, offline=True)
     max_tokens = config.get("max_tokens")
     params = pool.params(temperature=float(config["temperature"]),  # type: ignore[arg-type]
                          max_tokens=None if max_tokens is None else int(max_tokens))  # type: ignore[call-overload]
@@ -158,12 +159,13 @@ def main() -> None:
     ap.add_argument("--store", type=Path, default=lemon_home() / "adaptive-cpu.sqlite")
     ap.add_argument("--benchmarks", nargs="+", default=["svamp", "gsm8k"])
     ap.add_argument("--level", default="large")
+    ap.add_argument("--pool", default="cpu", help="the pool the bank was built with")
     ap.add_argument("--json", type=Path, help="also write every team's per-pair results here")
     args = ap.parse_args()
     dump: dict[str, object] = {}
     with ResultsStore(args.store) as store:
         for bench in args.benchmarks:
-            outcomes, wrong = asyncio.run(replay(bench, args.level, store))
+            outcomes, wrong = asyncio.run(replay(bench, args.level, store, args.pool))
             print("\n".join(table(bench, outcomes, wrong)))
             dump[bench] = {n: {"correct": {f"{k[0]}#{k[1]}": v for k, v in o.correct.items()},
                                "tokens": {f"{k[0]}#{k[1]}": v for k, v in o.tokens.items()}}
