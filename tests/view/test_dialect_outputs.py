@@ -112,6 +112,10 @@ def test_runs_list_json_and_run_ids_are_never_cut(stored: Stored, _isolated_home
                             env=env, capture_output=True, text=True, timeout=120)
     assert narrow.returncode == 0, narrow.stderr
     assert stored.good in narrow.stdout and stored.bad in narrow.stdout  # whole, on one line
+    report = subprocess.run([sys.executable, "-m", "lemon.cli.main", "report", "--store", str(stored.store)],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert report.returncode == 0, report.stderr
+    assert f"`{stored.good}`" in report.stdout and f"`{stored.bad}`" in report.stdout
 
 
 def test_a_partial_run_shows_no_nan(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markdown import Markdown
 from rich.markup import escape
 
 from lemon.bench.methods import method_help, shown_level
@@ -191,7 +190,9 @@ def report_cmd(
         plot = out / "accuracy-vs-tokens.png"
     with ResultsStore(path) as db:
         report = build_report(db, out=markdown, plot=plot, compare=pairs)
-    console.print(Markdown(report.markdown))
+    # The markdown as written, not rendered: a rendered table shrinks its columns to the terminal and cut the run
+    # ids that the other commands take.
+    console.print(report.markdown, markup=False, highlight=False, soft_wrap=True)
     for written in (markdown, report.plot_path):
         if written is not None:
             console.print(f"wrote {written}", markup=False, highlight=False)
