@@ -138,3 +138,21 @@ def test_a_stop_rule_and_its_unrun_agents_are_shown(tmp_path: Path) -> None:
     assert "stop rule {agree: 2} of vote fired after v0, v1; not run: v2, v3" in text
     assert text.count("NOT RUN: a stop rule fired first") == 2 and "DEAD" not in text
     assert "stop: final_answer" in text  # the run's own end is still the last stop event
+
+
+def test_explain_of_a_stopped_vote_lists_the_rule_and_its_unrun_agents(tmp_path: Path) -> None:
+    from lemon.bench.explain import explain_stored, plan_trace
+    from lemon.cli.view_cmds import attribution_table
+
+    backend = _voters(["The answer is 5."] * 4)
+    path = _run(backend, _team(4, StopRule(agree=2)), tmp_path)
+    db, run = trace_store(path)
+    with db:
+        (row,) = db.items(run.run_id)
+        trace = db.trace(run.run_id, row.item_id, row.seed)
+        assert trace is not None
+        att = asyncio.run(explain_stored(db, plan_trace(run, row, trace, scripted_pool(backend), gold="5")))
+    assert att.original["unrun_agents"] == ["v2", "v3"] and att.original["correct"] is True
+    console = Console(record=True, width=240)
+    console.print(attribution_table(att))
+    assert "stop rule {agree: 2} of vote fired after v0, v1; not run: v2, v3" in console.export_text()

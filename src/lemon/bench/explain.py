@@ -167,7 +167,8 @@ def prime_cache(executor: Executor, spec: Spec, task: str, seed: int, trace: dic
     prompts = trace.get("prompts") or {}
     by_agent = _stored_tokens(trace)
     models = (trace.get("system") or {}).get("models") or {}
-    live = required_agents(spec)
+    # Agents a stop rule left unrun have no output; the replay, under the same rule, does not reach them either.
+    live = required_agents(spec) - set((trace.get("metrics") or {}).get("unrun_agents") or ())
     for a in _topological(spec):
         if a.name not in live or executor.roles[a.role].kind == "vote":
             continue
