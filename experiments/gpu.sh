@@ -63,6 +63,7 @@ stage_wheels() {
   x tar -xf "$FILES/wheels.tar" -C "$WORK"
   x tar -xf "$FILES/data.tar" -C "$WORK/data"
   x python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$WORK"/wheels/*.whl
+  x python3 "$REPO/experiments/gpu_plan.py" verify "$WORK/wheels/requirements.txt"  # the image's unstated versions
 }
 
 stage_llama() {

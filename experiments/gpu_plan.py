@@ -6,7 +6,8 @@ So everything it needs is packed HERE into pieces of at most PIECE_MIB (`pack`),
 call (`carry N`, back to back), files are re-assembled and sha256-checked there (`assemble`), and the
 experiment runs as stages that each leave a done-marker, so `run` can be called again and goes on where the
 last call stopped (`next`). `plan` prints all of it with the time budget; nothing here needs the GPU.
-Subcommands: plan | pack [--dry-run] | carry N | assemble | next (the stage to run now).
+Subcommands: plan | pack [--dry-run] | carry N | assemble | next (the stage to run now) | wheels (the computed
+wheel list) | verify FILE (on the GPU: the carried requirements are met there).
 """
 
 from __future__ import annotations
@@ -18,8 +19,15 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
+
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 MIB = 1 << 20
 PIECE_MIB = 56                       # + the working tree (~2 MiB) stays under the 64 MiB a call carries
@@ -30,10 +38,23 @@ CARRY_CALL_S = 20                    # ASSUMED: one warm call moving ~56 MiB and
 SMOLLM2 = ("SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432)
 QWEN05 = ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 491_400_064)
 QWEN15 = ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1_117_320_768)
-# pure-Python wheels (and pydantic-core for cp312) missing from, or older on, the GPU image (KINDS.md)
-WHEELS = ("pydantic==2.14.3", "pydantic-core==2.50.4", "annotated-types==0.8.0", "typing-inspection==0.4.5",
-          "gguf==0.19.0", "diskcache==5.6.3", "transformers==5.23.0", "huggingface-hub==2.4.0", "peft==0.21.2")
-WHEELS_BYTES = 16 * MIB              # their total, about
+WHEELS_BYTES = 24 * MIB              # the carried wheels (`wheel_closure()`), about
+# What the GPU must import and the image may lack: the project with its [train] extra. The wheels that travel
+# are the closure of its Requires-Dist (`wheel_closure`), not a hand-written list: one missed `httpx2`
+# (required by huggingface-hub 2.4.0) and stage `policy` died with ModuleNotFoundError (issue 25).
+ROOT = "lemon-mas[train]"
+IMAGE = Path(__file__).with_name("gpu_image.txt")
+# Not carried, and their requirements not followed: not needed there.
+SKIPPED = {"torch": "the image's CUDA build is used (the [train] pin is the CPU build this machine tests)",
+           "trl": "only benchmarks/bench_train.py's anchor", "datasets": "not imported by lemon",
+           "sentencepiece": "only `lemon export-gguf` (llama.cpp's converter), which the GPU plan does not run"}
+# Not carried as a wheel but its requirements are followed: built there from the carried sdist.
+BUILT_THERE = {"llama-cpp-python"}
+# The GPU machine's interpreter (gpu.md: Python 3.12.3 on x86_64 Linux), for evaluating markers.
+TARGET = {**default_environment(), "python_version": "3.12", "python_full_version": "3.12.3",
+          "implementation_version": "3.12.3", "sys_platform": "linux", "platform_system": "Linux",
+          "platform_machine": "x86_64", "os_name": "posix", "implementation_name": "cpython",
+          "platform_python_implementation": "CPython"}
 LLAMA_SDIST = ("llama_cpp_python-0.3.36.tar.gz", 76_589_250)  # built there with CUDA (~5 min, gpu.md)
 DATA_BYTES = 13 * MIB                # the six benchmarks' files (../shared/data)
 
@@ -76,6 +97,134 @@ def stages() -> list[Stage]:
     ]
 
 
+def read_image(path: Path = IMAGE) -> dict[str, str | None]:
+    """The image's distributions (canonical name -> the version gpu.md gives, or None when it gives none)."""
+    out: dict[str, str | None] = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.strip().partition(" ")
+            out[canonicalize_name(name)] = version or None
+    return out
+
+
+def image_meets(req: Requirement, image: dict[str, str | None]) -> bool:
+    """The image's copy satisfies `req`. A version gpu.md gives as X.Y must satisfy it for every X.Y.*; an
+    unstated version is ASSUMED to (the plan lists those assumptions)."""
+    name = canonicalize_name(req.name)
+    if name not in image:
+        return False
+    version = image[name]
+    if version is None:
+        return True
+    ends = [version] if len(Version(version).release) > 2 else [f"{version}.0", f"{version}.9999"]
+    return all(req.specifier.contains(v, prereleases=True) for v in ends)
+
+
+def requirements(name: str, extras: Iterable[str] = ()) -> list[Requirement]:
+    """Requires-Dist of the distribution installed HERE whose markers hold on the GPU, with `extras`."""
+    wanted = ["", *extras]
+    reqs = [Requirement(text) for text in metadata.distribution(name).requires or []]
+    return [r for r in reqs if r.marker is None or any(r.marker.evaluate({**TARGET, "extra": e}) for e in wanted)]
+
+
+def wheel_closure(root: str = ROOT, image: dict[str, str | None] | None = None) -> list[str]:
+    """`name==version` (the version installed here) of every distribution that `root` needs on the GPU,
+    directly or through another carried one, and that the image lacks or has in a version that does not fit."""
+    image = read_image() if image is None else image
+    top = Requirement(root)
+    todo, seen, pins = [(top.name, frozenset(top.extras))], set(), {}
+    while todo:
+        item = todo.pop()
+        if item in seen:
+            continue
+        seen.add(item)
+        for req in requirements(*item):
+            dep = canonicalize_name(req.name)
+            if dep in SKIPPED or image_meets(req, image):
+                continue
+            if dep not in BUILT_THERE:
+                pins[dep] = metadata.version(dep)
+            todo.append((dep, frozenset(req.extras)))
+    wheels = sorted(f"{n}=={v}" for n, v in pins.items())
+    gaps = unmet(wheels, image, root)
+    if gaps:
+        raise SystemExit(f"the carried wheels leave requirements unmet: {'; '.join(gaps)}")
+    return wheels
+
+
+def unmet(wheels: Sequence[str], image: dict[str, str | None], root: str = ROOT) -> list[str]:
+    """What `root`, the carried `wheels` and what is built there require that neither the wheels nor the image
+    provide. A wheel whose version is not the one installed here is named too: its metadata cannot be read."""
+    pins = {canonicalize_name(n): v for n, _, v in (w.partition("==") for w in wheels)}
+    top = Requirement(root)
+    owners = [(root, requirements(top.name, top.extras))]
+    owners += [(r.name, requirements(r.name, r.extras)) for r in owners[0][1] if canonicalize_name(r.name)
+               in BUILT_THERE]
+    gaps = []
+    for name, version in pins.items():
+        if _installed(name) != version:
+            gaps.append(f"{name}=={version} (installed here: {_installed(name)}; its requirements cannot be read)")
+        else:
+            owners.append((f"{name}=={version}", requirements(name)))
+    for owner, reqs in owners:
+        gaps += [f"{req} (required by {owner})" for req in reqs if not _provided(req, pins, image)]
+    return gaps
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _provided(req: Requirement, pins: dict[str, str], image: dict[str, str | None]) -> bool:
+    dep = canonicalize_name(req.name)
+    if dep in pins:
+        return req.specifier.contains(pins[dep], prereleases=True)
+    return dep in SKIPPED or dep in BUILT_THERE or image_meets(req, image)
+
+
+def assumed(wheels: Sequence[str], image: dict[str, str | None], root: str = ROOT) -> list[str]:
+    """Requirements with a version bound that the image is ASSUMED to meet (gpu.md names it, no version)."""
+    pins = {canonicalize_name(w.partition("==")[0]) for w in wheels}
+    top = Requirement(root)
+    reqs = requirements(top.name, top.extras) + [r for w in wheels for r in requirements(w.partition("==")[0])]
+    return sorted({str(r) for r in reqs if str(r.specifier) and canonicalize_name(r.name) not in pins
+                   and canonicalize_name(r.name) not in SKIPPED and image.get(canonicalize_name(r.name), "") is None})
+
+
+def gpu_requirements(wheels: Sequence[str], root: str = ROOT) -> list[str]:
+    """Every requirement the GPU's environment must meet once the wheels are installed (markers evaluated for
+    it, so dropped), for `verify` there: the image's unstated versions are checked on arrival."""
+    top = Requirement(root)
+    reqs = requirements(top.name, top.extras)
+    reqs += [r for q in reqs if canonicalize_name(q.name) in BUILT_THERE for r in requirements(q.name, q.extras)]
+    reqs += [r for w in wheels for r in requirements(w.partition("==")[0])]
+    keep = {canonicalize_name(r.name) for r in reqs} - set(SKIPPED) - BUILT_THERE
+    return sorted({f"{r.name}{r.specifier}" for r in reqs if canonicalize_name(r.name) in keep})
+
+
+def verify(path: Path) -> int:
+    """ON THE GPU, after the wheels stage: every requirement in `path` (from `gpu_requirements`) is met by
+    what Python finds there (the image plus $SITE); else one line naming the unmet ones, exit 2."""
+    gaps = []
+    for line in path.read_text().splitlines():
+        req = Requirement(line)
+        try:
+            version = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            version = None
+        if version is None or not req.specifier.contains(version, prereleases=True):
+            gaps.append(f"{req} (found {version or 'nothing'})")
+    if gaps:
+        print(f"unmet on this machine: {'; '.join(gaps)}; give them their version there in "
+              "experiments/gpu_image.txt (the closure then carries them) and pack again", file=sys.stderr)
+        return 2
+    print(f"all {len(path.read_text().splitlines())} requirements met")
+    return 0
+
+
 def carried_files() -> list[tuple[str, int]]:
     """(name, bytes) of what travels, setup first (so a short first session can build the CUDA wheel from
     the first pieces); the wheel of a previous session replaces the sdist when LLAMA_WHEEL names it."""
@@ -108,6 +257,17 @@ def pieces_of(files: list[tuple[str, int]], piece: int = PIECE_MIB * MIB) -> lis
             offset += n
             room -= n
     return out
+
+
+def print_wheels() -> int:
+    """The computed wheel list, and the version bounds the image is assumed to meet (checked on arrival)."""
+    image = read_image()
+    wheels = wheel_closure(image=image)
+    print(f"{len(wheels)} wheels carried (closure of {ROOT}'s Requires-Dist against {IMAGE.name}):")
+    print("  " + " ".join(wheels))
+    print("assumed met by the image (gpu.md gives no version; `verify` checks them there):")
+    print("  " + " ".join(assumed(wheels, image)))
+    return 0
 
 
 def print_plan() -> int:
@@ -151,6 +311,7 @@ def pack(out: Path, data_dir: Path, dry_run: bool) -> int:
     if dry_run:
         for name, src in sources:
             print(f"would pack {name} from {src}")
+        print(f"wheels.tar would hold: {' '.join(wheel_closure())}")
         return 0
     n = write_pieces(sources, out / "pieces")
     print(f"packed {len(sources)} files into {n} pieces under {out / 'pieces'}")
@@ -187,9 +348,11 @@ def _sources(out: Path, data_dir: Path, dry_run: bool) -> list[tuple[str, Path]]
         return found
     stage.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(stage / "wheels")]
+    wheels = wheel_closure()
     subprocess.run([*pip, "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
-                    "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", *WHEELS],
+                    "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", *wheels],
                    check=True)
+    (stage / "wheels" / "requirements.txt").write_text("\n".join(gpu_requirements(wheels)) + "\n")
     if not wheel:
         subprocess.run([*pip, "--no-binary", ":all:", "llama-cpp-python==0.3.36"], check=True)
         shutil.move(str(stage / "wheels" / LLAMA_SDIST[0]), stage / LLAMA_SDIST[0])
@@ -305,7 +468,8 @@ def next_stage(work: Path) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("command", choices=("plan", "pack", "carry", "assemble", "next", "policy", "summary"))
+    ap.add_argument("command", choices=("plan", "pack", "carry", "assemble", "next", "policy", "summary",
+                                        "wheels", "verify"))
     ap.add_argument("arg", nargs="?")
     ap.add_argument("arg2", nargs="?")
     ap.add_argument("--dry-run", action="store_true")
@@ -323,6 +487,10 @@ def main() -> int:
         return policy(Path(a.arg), Path(a.arg2))
     if a.command == "summary":
         return summary(Path(a.arg), Path(a.arg2))
+    if a.command == "wheels":
+        return print_wheels()
+    if a.command == "verify":
+        return verify(Path(a.arg))
     return next_stage(work)
 
 

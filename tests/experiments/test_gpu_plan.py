@@ -103,3 +103,58 @@ def test_run_resumes_after_the_stages_already_done_and_the_dry_run_marks_nothing
     assert "--no-cf" in out and "--lora --precision bf16 --gradient-checkpointing" in out
     assert "all stages done" in out
     assert sorted(p.name for p in done.iterdir()) == ["llama", "models", "policy", "sft", "train-cf", "wheels"]
+
+
+# The wheel list experiments/gpu_plan.py carried until issue 25, written by hand: huggingface-hub 2.4.0
+# imports httpx2, which neither the list nor the GPU image had (stage `policy`: ModuleNotFoundError).
+HAND_WRITTEN = ("pydantic==2.14.3", "pydantic-core==2.50.4", "annotated-types==0.8.0", "typing-inspection==0.4.5",
+                "gguf==0.19.0", "diskcache==5.6.3", "transformers==5.23.0", "huggingface-hub==2.4.0", "peft==0.21.2")
+
+
+def test_the_image_list_is_the_one_the_gpu_note_gives() -> None:
+    import re
+
+    note = (ROOT.parent / "shared" / "notes" / "gpu.md").read_text()  # missing: fails, never skips
+    block = note.split("Python packages of the image (2026-11-17):", 1)[1].strip().split("\n\n", 1)[0]
+    names = {gpu.canonicalize_name(n.strip()) for n in block.replace("\n", " ").split(",") if n.strip()}
+    has = re.search(r"What the machine has: Python [\d.]+ with (.+?); 16 cores", note, re.S)
+    assert has is not None
+    versions = {gpu.canonicalize_name(n): v for n, v in re.findall(r"([a-z][a-z0-9-]*) (\d+(?:\.\d+)+)", has[1])}
+    image = gpu.read_image()
+    assert set(image) == names
+    assert {n: v for n, v in image.items() if v is not None} == versions
+
+
+def test_the_hand_written_list_left_httpx2_unmet() -> None:
+    gaps = gpu.unmet(HAND_WRITTEN, gpu.read_image())
+    assert any(g.startswith("httpx2") and "huggingface-hub==2.4.0" in g for g in gaps), gaps
+
+
+def test_the_computed_wheels_leave_no_requirement_unmet() -> None:
+    image = gpu.read_image()
+    wheels = gpu.wheel_closure(image=image)
+    assert gpu.unmet(wheels, image) == []
+    names = {w.split("==")[0] for w in wheels}
+    assert {"transformers", "peft", "pydantic", "pydantic-core", "gguf", "diskcache", "uvicorn", "fastapi"} <= names
+    assert "accelerate" in names  # the note says 1.15: not every 1.15.* meets ==1.15.0
+    assert not names & {"torch", "llama-cpp-python", "huggingface-hub", "numpy", "aiohttp"}  # the image's
+    assert all(w.split("==")[1] == gpu.metadata.version(w.split("==")[0]) for w in wheels)  # installed here
+
+
+def test_a_carried_package_brings_what_it_requires_that_the_image_lacks() -> None:
+    """Without huggingface-hub in the image, hub 2.4.0 travels, and so do httpx2 and its own requirements."""
+    image = {n: v for n, v in gpu.read_image().items() if n != "huggingface-hub"}
+    names = {w.split("==")[0] for w in gpu.wheel_closure(image=image)}
+    assert {"huggingface-hub", "httpx2", "httpcore2"} <= names
+
+
+def test_verify_names_what_the_machine_lacks_in_one_line(tmp_path: Path) -> None:
+    ok = tmp_path / "ok.txt"
+    ok.write_text("packaging>=1\nhypothesis\n")
+    plan = [sys.executable, str(ROOT / "experiments" / "gpu_plan.py"), "verify"]
+    assert subprocess.run([*plan, str(ok)], capture_output=True, text=True, timeout=60).returncode == 0
+    bad = tmp_path / "bad.txt"
+    bad.write_text("packaging>=1\nno-such-distribution-lemon>=1\npackaging<1\n")
+    res = subprocess.run([*plan, str(bad)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "no-such-distribution-lemon>=1 (found nothing)" in res.stderr and "packaging<1" in res.stderr
