@@ -27,6 +27,7 @@ from lemon.errors import LemonError, SpecError
 from lemon.llm.base import GenParams, request_key
 from lemon.llm.pool import Pool
 from lemon.runtime import Budget, Executor, NodeCache, NodeOutput, RunResult, required_agents
+from lemon.runtime.rerun import rerun_agents, rerun_tokens
 from lemon.spec.edits import FIELD_FAMILIES, applicable_edits, apply_edit, describe_edit
 from lemon.spec.model import Spec
 from lemon.spec.render import FieldRef
@@ -97,20 +98,6 @@ class Attribution:
 # ---- planning -------------------------------------------------------------------------------------------
 
 
-def _affected(spec: Spec, ref: FieldRef, edited: Spec, pool: Pool, roles: RoleLibrary) -> list[str]:
-    """Agents of the edited spec whose request differs from the original's: the edited agent and its live
-    descendants, or nobody when a capacity edit moves between two levels served by the same model."""
-    if ref.kind == "capacity":
-        old, new = spec.agent(ref.agent).capacity, edited.agent(ref.agent).capacity
-        if pool.backend(old).model_id == pool.backend(new).model_id:
-            return []
-    if ref.kind == "stop":  # the parents the rule may now reach (those it already ran are node-cache hits)
-        return list(edited.agent(ref.agent).depends_on)
-    live = required_agents(edited)
-    changed = ({ref.agent} | edited.descendants(ref.agent)) & live
-    return [a.name for a in edited.agents if a.name in changed and roles[a.role].kind != "vote"]
-
-
 def plan_edits(spec: Spec, pool: Pool, roles: RoleLibrary, tokens: dict[str, Any], *, max_edits: int | None,
                budget_tokens: int | None) -> list[EditOutcome]:
     """Every applicable single-field edit of a live field, with its cost, cut by the two bounds in order."""
@@ -130,9 +117,8 @@ def plan_edits(spec: Spec, pool: Pool, roles: RoleLibrary, tokens: dict[str, Any
                                 status="invalid", note=str(exc))
                 out.append(e)
                 continue
-            affected = _affected(spec, ref, edited, pool, roles)
-            cost = sum(int(tokens.get(a, {}).get("prompt", 0)) + int(tokens.get(a, {}).get("completion", 0))
-                       for a in affected)
+            affected = rerun_agents(spec, ref, edited, pool, roles, tokens)
+            cost = rerun_tokens(affected, tokens)
             words = describe_edit(apply_edit(spec, ref, levels), spec)
             e = EditOutcome(family, ref.kind, ref.agent, ref.parent, words, affected, cost)
             if not affected:

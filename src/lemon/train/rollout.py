@@ -39,6 +39,7 @@ from lemon.llm.models import parameters_b
 from lemon.orchestrator.policy_prompt import strict_spec
 from lemon.runtime import Executor, NodeCache, RunResult
 from lemon.runtime.executor import derive_seed, required_agents
+from lemon.runtime.rerun import rerun_agents, rerun_tokens
 from lemon.spec.edits import Edit, applicable_edits, draw_edit, field_value
 from lemon.spec.model import Spec
 from lemon.spec.render import FieldRef, render_spec
@@ -218,27 +219,10 @@ def live_fields(spec: Spec, refs: Sequence[FieldRef]) -> list[FieldRef]:
 
 def estimate_rerun_tokens(spec: Spec, ref: FieldRef, edited: Spec, original: RunResult,
                           executor: Executor) -> int:
-    """Worker tokens a re-run of `edited` will compute: the original tokens of the agents the edit invalidates.
-
-    An edit changes the request of its agent and, through its output, of every descendant the edited spec
-    still runs; everything else is a node-cache hit. A capacity edit between two levels served by the same
-    model changes no request at all (costs nothing).
-    """
-    if ref.kind == "capacity":
-        old = spec.agent(ref.agent).capacity
-        new = edited.agent(ref.agent).capacity
-        pool = executor.pool
-        if pool.backend(old).model_id == pool.backend(new).model_id:
-            return 0
-    needed = required_agents(edited)
-    affected = ({ref.agent} | spec.descendants(ref.agent)) & needed
+    """Worker tokens a re-run of `edited` will compute (`runtime.rerun`: the agents the edit invalidates, at
+    their tokens in `original`)."""
     tokens = original.tokens_by_agent
-    spent = sum(int(tokens[a]["prompt"]) + int(tokens[a]["completion"]) for a in affected if a in tokens)
-    if ref.kind == "stop":  # parents the original's rule left unrun may run now: priced as the mean parent
-        ran = [int(tokens[p]["prompt"]) + int(tokens[p]["completion"])
-               for p in spec.agent(ref.agent).depends_on if p in tokens]
-        spent += round(sum(ran) / len(ran)) * len(original.unrun) if ran else 0
-    return spent
+    return rerun_tokens(rerun_agents(spec, ref, edited, executor.pool, executor.roles, tokens), tokens)
 
 
 async def _execute(executor: Executor, spec: Spec, state: GroupState) -> tuple[list[RunResult], list[bool]]:
