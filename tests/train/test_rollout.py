@@ -9,7 +9,7 @@ import pytest
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Executor
-from lemon.spec.model import Agent, Spec
+from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.render import FieldRef, render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.train.config import RewardConfig
@@ -266,3 +266,31 @@ async def test_counterfactuals_record_their_group_room() -> None:
     assert sampler.probabilities() != pytest.approx(dict.fromkeys(sampler.families, 1 / 3))
     _, _, discounted = await _group([text] * 4, budget=None, discount=True)
     assert discounted.probabilities() == pytest.approx(dict.fromkeys(discounted.families, 1 / 3))
+
+
+async def test_a_stop_rule_is_a_credited_field_and_removing_it_costs_the_skipped_voters() -> None:
+    """Issue 24: the stop family edits the rule; Δ lands on the rule's span in the completion; removing the
+    rule runs exactly the two voters it skipped (the rest are node-cache hits), which only costs tokens here
+    (every voter answers 7, which is right), so Δ > 0: the rule earned its efficiency bonus."""
+    voters = tuple(Agent(name=f"v{i}", role="math_solver", duty="Solve it step by step", capacity="large")
+                   for i in range(4))
+    vote = Agent(name="vote", role="majority_vote", capacity="large", depends_on=tuple(v.name for v in voters),
+                 stop=StopRule(agree=2))
+    text = render_spec(Spec(agents=(*voters, vote), output="vote")).text
+    settings = RolloutSettings(reward=RewardConfig(), cf_enabled=True, cf_budget=None)
+    task = TrainTask(id="t/7", prompt="What is 3 + 4?", grade=lambda out: "7" in out)
+    removed = 0
+    for seed in range(8):  # the family draws removal or a one-notch variant; every draw is checked
+        sampled = GenParams(temperature=0.7, max_tokens=64)  # distinct requests per voter (at 0 they coincide)
+        ex = Executor(pool_of({lv: ScriptedBackend(f"model-{lv}", responder=_reply) for lv in LEVELS},
+                              defaults=sampled), RoleLibrary.load())
+        group = await rollout_group(ex, task, [text], roles=RoleLibrary.load(), settings=settings,
+                                    sampler=AdaptiveFamilySampler(("stop",), floor=0.1, seed=seed),
+                                    rng=random.Random(seed))
+        (s,) = group.samples
+        assert s.cf is not None and s.cf.family == "stop" and s.cf.field == FieldRef("stop", "vote")
+        assert text[s.cf.char_start:s.cf.char_end] == "{agree: 2}" and s.success == 1.0
+        if not s.cf.edited_value:  # the rule removed: the two skipped voters run
+            removed += 1
+            assert s.cf.calls == 2 and s.cf.cache_hits == 2 and s.cf.delta > 0
+    assert removed
