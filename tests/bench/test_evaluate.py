@@ -40,7 +40,7 @@ async def test_rows_traces_accuracy_and_concurrency_bound(tmp_path: Path, data_d
         rows = db.items(summary.run_id)
         db_traces = {(r.item_id, r.seed): db.trace(summary.run_id, r.item_id, r.seed) for r in rows}
     assert run is not None and (run.split, run.n_items, run.seeds) == (summary.split, 6, 2)
-    assert run.config["worker_seeds"] == "per-item"  # the seeding scheme is part of the run's identity
+    assert run.config["worker_seeds"] == "per-item-role-rank"  # the seeding scheme is part of the run's identity
     assert sorted((r.item_id, r.seed) for r in rows) == sorted(
         (str(i.id), s) for s in range(2) for i in _items(data_dir, 6))
     for r in rows:
@@ -134,7 +134,7 @@ async def test_bad_names_list_the_valid_ones(tmp_path: Path, data_dir: Path) -> 
     kw = dict(store=tmp_path / "r.sqlite", data_dir=data_dir)
     with pytest.raises(LemonError, match=r"valid: .*gsm8k.*multiarith"):
         await evaluate_kw("gsm9k", "vanilla", **kw)  # type: ignore[arg-type]
-    with pytest.raises(LemonError, match=r"valid: vanilla, cot, sc-cot, chain, tree, complete, random"):
+    with pytest.raises(LemonError, match=r"valid: vanilla, cot, sc-cot, esc, asc, chain, tree, complete, random"):
         await evaluate_kw("gsm8k", "magic", **kw)  # type: ignore[arg-type]
     with pytest.raises(LemonError):
         await evaluate_kw("gsm8k", "vanilla", split="nope", **kw)  # type: ignore[arg-type]

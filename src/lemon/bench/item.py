@@ -44,8 +44,10 @@ DEFAULT_TEMPERATURE = 0.7
 # depend on the rule, so runs with --budget-tokens carry it in their id (runs without one keep theirs).
 BUDGET_RULE = "reserve"
 # How worker sampling seeds are derived; part of every run's identity, so a run sampled under an older scheme
-# (one stream per seed, shared by all items: before 2026-11-22) is never resumed into, or mixed with, a new one.
-WORKER_SEEDS = "per-item"
+# is never resumed into, or mixed with, a new one: one stream per seed shared by all items (before 2026-11-22),
+# then per item with each agent's seed from its name ("per-item", before 2026-11-24), now per item with each
+# agent's seed from its role and rank among that role's agents (`runtime.executor.sample_slot`: the sample bank).
+WORKER_SEEDS = "per-item-role-rank"
 
 
 class EvalBudgetSpent(LemonError):
