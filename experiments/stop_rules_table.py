@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lemon.bench.baselines import baseline_spec
 from lemon.bench.datasets import load_split
-from lemon.bench.item import item_seed
+from lemon.bench.item import WORKER_SEEDS, item_seed
 from lemon.bench.report import mcnemar_exact
 from lemon.bench.store import ResultsStore
 from lemon.bench.tasks import get_task
@@ -66,7 +66,8 @@ def bank_run(store: ResultsStore, benchmark: str, level: str) -> tuple[str, dict
     """The 5-voter sc-cot run of `benchmark` at `level` (the bank's), and its config."""
     for run in store.runs():
         config = json.loads(store._rows("SELECT config_json FROM runs WHERE run_id = ?", (run.run_id,))[0][0])
-        if (run.benchmark, run.method, run.level) == (benchmark, "sc-cot", level) and config.get("n_agents") == 5:
+        if ((run.benchmark, run.method, run.level) == (benchmark, "sc-cot", level) and config.get("n_agents") == 5
+                and config.get("worker_seeds") == WORKER_SEEDS):  # sampled as the bank samples
             return run.run_id, config
     raise SystemExit(f"no 5-voter sc-cot run of {benchmark} at {level} in the store: run the bank stage first")
 
