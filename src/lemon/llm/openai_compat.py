@@ -9,6 +9,15 @@ token count is a `BackendError` for that one call, never a traceback and never a
 with a JSON schema is translated into the form the target accepts: llama.cpp's server takes
 `response_format={"type": "json_object", "schema": S}` and rejects OpenAI's `json_schema` form (models.md).
 
+A silent endpoint (one that accepts connections and never answers) used to hold `lemon run` for timeout x
+attempts, 8 minutes by default, with one "retry" line every 2 minutes. Now an endpoint must answer SOMETHING
+within `first_byte_s` (10 s): the TCP connect of every call, and a `GET base_url` probe before the first call
+and after every timed-out attempt (any HTTP status counts, a 404 included: the server is there; not
+`/models`, which llama_cpp.server answers only between generations). A non-streamed completion sends its
+first byte only when it is done, so the completion itself keeps the full `timeout_s`; while calls run long,
+a notice (at most one per `notice_s`) says how long one has waited, of what: timeout, attempt, the most
+all attempts can take.
+
 The transport is aiohttp, not the openai SDK: we use one endpoint of the API and return its JSON as is,
 and the SDK's request machinery cost 2.6 ms of CPU per call against 0.65 ms for aiohttp (measured on the
 2-core build machine against a local server). At concurrency 8 that CPU, not the endpoint, capped an
@@ -24,6 +33,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Coroutine
 from datetime import UTC
 from typing import Annotated, Any, Literal
 
@@ -45,6 +55,12 @@ MAX_ERROR_BODY_BYTES = 64 * 1024
 # The longest `Retry-After` we wait for; a server asking for more fails the call at once (we neither ignore
 # its request nor hang an evaluation on it).
 MAX_RETRY_AFTER_S = 60.0
+# An endpoint must connect and answer the liveness probe within this (seconds), or it is silent.
+FIRST_BYTE_S = 10.0
+# A probe still unanswered after this many seconds is announced (most endpoints answer in milliseconds).
+PROBE_NOTICE_S = 2.0
+# While a completion runs long, a notice every this many seconds (at least) says what is being waited for.
+WAIT_NOTICE_S = 30.0
 # Larger counts than this are not token counts (no context window is that long).
 MAX_TOKEN_COUNT = 2**31 - 1
 
@@ -146,7 +162,8 @@ class OpenAIBackend:
     def __init__(self, base_url: str, model: str, *, api_key_env: str | None = None, concurrency: int = 4,
                  timeout_s: float = 120.0, max_retries: int = 3, backoff_s: float = 0.5,
                  schema_style: SchemaStyle = "llama_cpp", extensions: bool = True,
-                 max_body_bytes: int = MAX_BODY_BYTES, max_retry_after_s: float = MAX_RETRY_AFTER_S) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, max_retry_after_s: float = MAX_RETRY_AFTER_S,
+                 first_byte_s: float = FIRST_BYTE_S, notice_s: float | None = None) -> None:
         key = "not-needed"
         if api_key_env:
             key = os.environ.get(api_key_env, "")
@@ -162,7 +179,11 @@ class OpenAIBackend:
         self.extensions = extensions  # llama.cpp / vLLM sampling extensions (repeat_penalty, grammar)
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.timeout_s, self.first_byte_s = timeout_s, min(first_byte_s, timeout_s)
+        self.notice_s = notice_s if notice_s is not None else max(WAIT_NOTICE_S, timeout_s / 4)
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=self.first_byte_s)
+        self._answered = False  # the endpoint answered the probe since the last timed-out attempt
+        self._last_notice = -math.inf
         self._concurrency = concurrency
         self._sem = asyncio.Semaphore(concurrency)
         # One session per event loop (aiohttp sessions are bound to the loop that created them).
@@ -208,21 +229,87 @@ class OpenAIBackend:
         payload = json.dumps(body).encode()
         async with self._sem:
             for attempt in range(self.max_retries + 1):
+                await self._ensure_answering()
                 start = time.perf_counter()
                 try:
-                    reply = await self._post(payload)
+                    reply = await self._noticed(self._post(payload), attempt)
                     break
                 except _Transient as exc:
+                    if exc.what == "timed out":
+                        self._answered = False  # busy, or gone silent: the probe before the retry tells
                     await self._before_retry(exc, attempt)
         usage = reply.usage or ReplyUsage()
         return Completion(reply.text, usage.prompt_tokens, usage.completion_tokens,
                           time.perf_counter() - start, self.model_id)
 
+    def _budget(self) -> str:
+        """The full wait a call may take, stated: per-attempt timeout, attempts, and the most in all."""
+        attempts = self.max_retries + 1
+        return (f"timeout {self.timeout_s:g} s x {attempts} attempt(s), at most "
+                f"{_duration(self.timeout_s * attempts)} in all")
+
+    async def _ensure_answering(self) -> None:
+        """The liveness probe, unless the endpoint answered one since the last timed-out attempt."""
+        if not self._answered:
+            await self._probe()
+            self._answered = True
+
+    async def _probe(self) -> None:
+        """GET base_url within `first_byte_s`: any HTTP answer shows the endpoint is there. None is the one-line
+        error a silent endpoint gave after every attempt timed out, in seconds instead of minutes. Other
+        failures (a refused connection) are left to the call, which retries what may pass."""
+        try:
+            await self._noticed_probe()
+        except TimeoutError:
+            raise BackendError(f"endpoint {self.base_url} timed out: no answer within {self.first_byte_s:g} s "
+                               f"(connect and first byte of a GET; a call may take {self._budget()}); is the "
+                               "server up and answering at that URL? raise first_byte_s in the pool file if it "
+                               "is slow to answer") from None
+        except aiohttp.ClientError as exc:
+            log.debug("%s: probe failed (%s); the call decides", self.base_url, type(exc).__name__)
+
+    async def _noticed_probe(self) -> None:
+        """The probe's GET; when it has not answered within `PROBE_NOTICE_S`, one line says what is awaited."""
+        async def get() -> None:
+            async with self._session().get(self.base_url,
+                                           timeout=aiohttp.ClientTimeout(total=self.first_byte_s)) as response:
+                log.debug("%s answered the probe with HTTP %d", self.base_url, response.status)
+
+        task = asyncio.ensure_future(get())
+        try:
+            done, _ = await asyncio.wait({task}, timeout=min(PROBE_NOTICE_S, self.first_byte_s / 2))
+            if not done:
+                log.warning("%s: no answer yet; waiting up to %g s for the endpoint to answer at all",
+                            self.base_url, self.first_byte_s)
+            await task
+        finally:
+            task.cancel()
+
+    async def _noticed(self, call: Coroutine[Any, Any, ChatReply], attempt: int) -> ChatReply:
+        """`call`, with a notice while it runs long: what is waited for, and for how long at most (one line
+        per `notice_s` for the whole backend, however many calls wait)."""
+        task = asyncio.ensure_future(call)
+        start = time.monotonic()
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.notice_s)
+                if done:
+                    return task.result()
+                now = time.monotonic()
+                if now - self._last_notice >= self.notice_s:
+                    self._last_notice = now
+                    log.warning("%s: still waiting for a completion after %.0f s (attempt %d of %d; %s); the "
+                                "endpoint answered a probe, so it is busy or generating", self.base_url,
+                                now - start, attempt + 1, self.max_retries + 1, self._budget())
+        finally:
+            task.cancel()
+
     async def _before_retry(self, exc: _Transient, attempt: int) -> None:
         """Sleep before the next attempt (backoff, or longer if the server said so); raise if none is left."""
         tries = f"after {attempt + 1} attempt(s)"
         if attempt == self.max_retries:
-            raise BackendError(f"endpoint {self.base_url} {exc.what} {tries} ({exc.hint})") from None
+            budget = f"; {self._budget()}" if exc.what == "timed out" else ""
+            raise BackendError(f"endpoint {self.base_url} {exc.what} {tries} ({exc.hint}{budget})") from None
         delay = self.backoff_s * 2**attempt
         if exc.retry_after is not None:
             if exc.retry_after > self.max_retry_after_s:
@@ -230,7 +317,9 @@ class OpenAIBackend:
                                    f"{exc.retry_after:.0f}s (more than {self.max_retry_after_s:.0f}s): "
                                    f"{exc.hint}; try again later or lower the concurrency") from None
             delay = max(delay, exc.retry_after)
-        log.warning("%s: %s; retry %d in %.1fs", self.base_url, exc.what, attempt + 1, delay)
+        what = f"timed out after {self.timeout_s:g} s" if exc.what == "timed out" else exc.what
+        log.warning("%s: %s (attempt %d of %d; %s); retry in %.1f s", self.base_url, what, attempt + 1,
+                    self.max_retries + 1, self._budget(), delay)
         await asyncio.sleep(delay)
 
     def _session(self) -> aiohttp.ClientSession:
@@ -270,7 +359,8 @@ class OpenAIBackend:
         return parse_reply(raw, self.base_url)
 
     async def prepare(self) -> None:
-        return None  # connectivity is checked by the first call, with retries
+        """The liveness probe before anything is shown or paid for (a silent endpoint fails in seconds)."""
+        await self._ensure_answering()
 
     async def aclose(self) -> None:
         sessions, self._sessions = self._sessions, {}
@@ -308,6 +398,14 @@ def _error_message(raw: bytes) -> str:
     except (ValueError, AttributeError, KeyError, TypeError):
         message = raw.decode(errors="replace")
     return _short(str(message))
+
+
+def _duration(seconds: float) -> str:
+    """`482 s` as `8 min 2 s`; under a minute in seconds."""
+    if seconds < 60:
+        return f"{seconds:g} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest} s" if rest else f"{minutes} min"
 
 
 def _short(text: str, n: int = 200) -> str:

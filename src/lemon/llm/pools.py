@@ -52,8 +52,10 @@ class LevelConfig(BaseModel):
     # An environment variable that, when set, replaces base_url (one pool file for many hosts).
     base_url_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-    timeout_s: float = Field(default=120.0, gt=0, le=86_400)
+    timeout_s: float = Field(default=120.0, gt=0, le=86_400)  # one attempt of a completion
     max_retries: int = Field(default=3, ge=0, le=10)
+    # Connect, and answer a probe at all, within this: a silent endpoint fails in seconds, not timeout x tries.
+    first_byte_s: float = Field(default=10.0, gt=0, le=3_600)
     schema_style: Literal["llama_cpp", "openai"] = "llama_cpp"
     extensions: bool = True
     # scripted (test double)
@@ -177,7 +179,7 @@ def _make_backend(lv: LevelConfig) -> Backend:
         assert lv.base_url is not None
         return OpenAIBackend(lv.base_url, lv.model, api_key_env=lv.api_key_env, concurrency=lv.concurrency,
                              timeout_s=lv.timeout_s, max_retries=lv.max_retries, schema_style=lv.schema_style,
-                             extensions=lv.extensions)
+                             extensions=lv.extensions, first_byte_s=lv.first_byte_s)
     from lemon.llm.scripted import ScriptedBackend
 
     return ScriptedBackend(lv.model, latency_s=lv.latency_s, hold_file=lv.hold_file,
