@@ -51,7 +51,7 @@ from lemon.bench.item import (
 )
 from lemon.bench.report import RunStats, run_stats
 from lemon.bench.scale import run_with_ray
-from lemon.bench.store import ItemRow, ResultsStore, make_run_id, new_claim_owner
+from lemon.bench.store import ItemRow, ResultsStore, RunDeleted, make_run_id, new_claim_owner, run_deleted
 from lemon.bench.tasks import get_task
 from lemon.errors import LemonError
 from lemon.runtime.budget import TokenLedger, check_positive_int, check_timeout
@@ -316,6 +316,8 @@ async def _compute(db: ResultsStore, run: _Run, execution: Execution, owner: str
                 run.settings, run.jobs, record, concurrency=execution.concurrency,
                 pool_factory=execution.pool_factory, eval_budget=run.eval_budget,
                 claim=lambda item_id, seed: db.claim(run.run_id, item_id, seed, owner))
+    except RunDeleted:
+        raise  # nothing to resume: the run is gone (its one line says so)
     except LemonError as exc:
         raise type(exc)(f"{exc} [{run.tracker.n} of {len(run.items) * len(run.seeds)} results are stored in {db.path}; "
                         "re-run the same command to resume]") from exc
@@ -324,7 +326,8 @@ async def _compute(db: ResultsStore, run: _Run, execution: Execution, owner: str
 def _summary(db: ResultsStore, run: _Run, execution: Execution) -> EvalSummary:
     rows = db.items(run.run_id, item_ids=[str(i.id) for i in run.items], seeds=run.seeds)
     info = db.run(run.run_id)
-    assert info is not None
+    if info is None:  # deleted after the last result was stored
+        raise run_deleted(run.run_id, db.path)
     s = run.settings
     return EvalSummary(run_id=run.run_id, store_path=db.path, benchmark=s.benchmark, split=run.split,
                        method=s.method.name, pool=s.pool, level=s.level, n_items=len(run.items), seeds=len(run.seeds),

@@ -102,6 +102,19 @@ _COLUMNS = {
     "claims": {"run_id", "item_id", "seed", "owner", "expires"},
 }
 CLAIM_LEASE_S = 900.0
+# Rows of a run id whose run row is gone: what an evaluation stored after `lemon runs delete` removed its run
+# (before issue 26; `put` now refuses such rows). Counted and removed by `orphans` / `delete_orphans`.
+_ORPHAN_TABLES = ("items", "traces", "claims", "explanations")
+
+
+class RunDeleted(LemonError):
+    """The run an evaluation writes to was deleted meanwhile (`lemon runs delete`): it stops, storing nothing."""
+
+
+def run_deleted(run_id: str, path: Path) -> RunDeleted:
+    return RunDeleted(f"run {run_id} was deleted from {path} while this evaluation ran (`lemon runs delete`); "
+                      "the evaluation stopped and stored nothing more; run the same command again to start the "
+                      "run anew")
 
 
 # Counterfactual attributions (`lemon explain`), one per (run, item, seed); kept apart from _SCHEMA so the
@@ -282,8 +295,9 @@ class ResultsStore:
 
     def put(self, run_id: str, row: ItemRow) -> bool:
         """Commit one result (and its trace) now. Returns False if (run, item, seed) was already stored (kept
-        as it was)."""
+        as it was); `RunDeleted` if the run row is gone (a row without its run would be an orphan)."""
         with self._tx():
+            self._require_run(run_id)
             cur = self._exec(
                 "INSERT OR IGNORE INTO items(run_id, item_id, seed, prediction, gold, correct, tokens_json, "
                 "total_tokens, orchestrator_tokens, latency_s, trace_id, status, stop_reason, created) "
@@ -309,6 +323,7 @@ class ResultsStore:
         now = time.time()
         key = (run_id, item_id, seed)
         with self._tx():
+            self._require_run(run_id)
             if self._exec("SELECT 1 FROM items WHERE run_id = ? AND item_id = ? AND seed = ?", key).fetchone():
                 return False
             held = self._exec("SELECT owner, expires FROM claims WHERE run_id = ? AND item_id = ? AND seed = ?",
@@ -319,6 +334,11 @@ class ResultsStore:
                        (*key, owner, now + lease_s))
             self._exec("UPDATE claims SET expires = ? WHERE owner = ?", (now + lease_s, owner))
         return True
+
+    def _require_run(self, run_id: str) -> None:
+        """Inside a write transaction: `RunDeleted` unless the run row exists (then no delete can interleave)."""
+        if self._exec("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+            raise run_deleted(run_id, self.path)
 
     def release_claims(self, owner: str) -> int:
         """Drop `owner`'s unfinished claims (its process is stopping): others may compute them at once."""
@@ -419,6 +439,24 @@ class ResultsStore:
 
     def count(self, run_id: str) -> int:
         return int(self._exec("SELECT COUNT(*) FROM items WHERE run_id = ?", (run_id,)).fetchone()[0])
+
+    def orphans(self) -> dict[str, int]:
+        """Run ids that have rows (items, traces, claims, attributions) but no run row, with their item count."""
+        found: dict[str, int] = {}
+        for table in _ORPHAN_TABLES:
+            rows = self._rows(f"SELECT run_id, COUNT(*) AS n FROM {table} WHERE run_id NOT IN "
+                              "(SELECT run_id FROM runs) GROUP BY run_id")
+            for r in rows:
+                found[r["run_id"]] = found.get(r["run_id"], 0) + (int(r["n"]) if table == "items" else 0)
+        return found
+
+    def delete_orphans(self) -> int:
+        """Remove every row whose run row is gone, in one transaction; returns how many item rows went."""
+        with self._tx():
+            n = self._exec("DELETE FROM items WHERE run_id NOT IN (SELECT run_id FROM runs)").rowcount
+            for table in _ORPHAN_TABLES[1:]:
+                self._exec(f"DELETE FROM {table} WHERE run_id NOT IN (SELECT run_id FROM runs)")
+        return n
 
     def delete_run(self, run_id: str) -> int:
         """Remove a run with its items, traces, claims and attributions, in one transaction (`lemon runs

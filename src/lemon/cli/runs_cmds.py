@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from lemon.bench.methods import shown_level
-from lemon.bench.store import RunInfo
+from lemon.bench.store import ResultsStore, RunInfo
 from lemon.cli.options import LemonTyper, StoreOpt, consoles
 from lemon.errors import LemonError
 
@@ -63,6 +63,9 @@ def list_cmd(store: StoreOpt = None, benchmark: BenchmarkFilter = None, method: 
     path = _store_path(store)
     with open_existing_store(path) as db:
         runs = [(r, db.count(r.run_id)) for r in _selected(db, None, benchmark, method)]
+        orphans = db.orphans()
+    if orphans:  # on stderr: the table (or the JSON) on stdout keeps its shape
+        consoles().err.print(Text(_orphans_line(orphans, path)))
     if as_json:
         consoles().out.file.write(json.dumps([_run_json(r, n) for r, n in runs], ensure_ascii=False, indent=1) + "\n")
         return
@@ -77,6 +80,27 @@ def list_cmd(store: StoreOpt = None, benchmark: BenchmarkFilter = None, method: 
             r.run_id, r.benchmark, r.split, r.method, r.pool, shown_level(r.method, r.level), r.seeds,
             f"{n}/{r.n_items * r.seeds}", updated)))
     consoles().out.print(table)
+
+
+def _orphans_line(orphans: dict[str, int], path: Path) -> str:
+    """What `lemon runs` says of rows whose run row is gone (an evaluation that stored results after its run
+    was deleted, before LEMON refused that): a later evaluation of the same run id would resume from them."""
+    return (f"orphaned: {sum(orphans.values())} item row(s) of {len(orphans)} deleted run(s) "
+            f"({', '.join(sorted(orphans)[:3])}{', ...' if len(orphans) > 3 else ''}) have no run row; remove "
+            f"them with `lemon runs delete --orphans --yes --store {path}`")
+
+
+def _delete_orphans(db: ResultsStore, path: Path, yes: bool) -> None:
+    """`lemon runs delete --orphans`: every row whose run row is gone."""
+    orphans = db.orphans()
+    if not orphans:
+        consoles().out.print(Text(f"no orphaned rows in {path}"))
+        return
+    if not yes:
+        raise LemonError(f"{sum(orphans.values())} orphaned item row(s) of {len(orphans)} deleted run(s) would "
+                         f"be removed from {path}; add --yes to remove them")
+    consoles().out.print(Text(f"removed {db.delete_orphans()} orphaned item row(s) of {len(orphans)} deleted "
+                              f"run(s) from {path}"))
 
 
 def _run_json(r: RunInfo, stored: int) -> dict[str, object]:
@@ -95,17 +119,25 @@ def delete_cmd(
     benchmark: BenchmarkFilter = None,
     method: MethodFilter = None,
     yes: Annotated[bool, typer.Option("--yes", help="Really delete (without it, only say what would go).")] = False,
+    orphans: Annotated[bool, typer.Option("--orphans", help="Remove the rows of deleted runs (items, traces) "
+                                                            "that `lemon runs` reports as orphaned.")] = False,
 ) -> None:
     """Delete runs with their items, traces and attributions (asks for --yes).
 
-    With no RUN_IDS a filter is required (deleting a whole store is `rm` of the file)."""
+    With no RUN_IDS a filter is required (deleting a whole store is `rm` of the file). An evaluation of a run
+    deleted meanwhile stops at its next result with one line, storing nothing more."""
     from lemon.bench.store import open_existing_store
 
-    if not run_ids and benchmark is None and method is None:
+    if orphans and (run_ids or benchmark is not None or method is not None):
+        raise LemonError("--orphans removes the rows of already deleted runs; give it without run ids or filters")
+    if not orphans and not run_ids and benchmark is None and method is None:
         raise LemonError("name the runs to delete (ids or prefixes) or select them with --benchmark/--method")
     path = _store_path(store)
     out = consoles().out
     with open_existing_store(path) as db:
+        if orphans:
+            _delete_orphans(db, path, yes)
+            return
         runs = _selected(db, run_ids, benchmark, method)
         if not runs:
             raise LemonError(f"no run in {path} matches; list them with `lemon runs --store {path}`")
@@ -115,6 +147,9 @@ def delete_cmd(
                 out.print(Text(f"would delete {r.run_id} ({r.benchmark} {r.method}, {db.count(r.run_id)} items)"))
             raise LemonError(f"{len(runs)} run(s) with {items} item(s) would be deleted from {path}; "
                              "add --yes to delete them")
+        for r in runs:
+            if db.claimed_by_others(r.run_id, ""):
+                out.print(Text(f"note: {r.run_id} is being evaluated; that evaluation stops at its next result"))
         deleted = sum(db.delete_run(r.run_id) for r in runs)
     out.print(Text(f"deleted {len(runs)} run(s) and {deleted} item(s) from {path}"))
 
