@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from lemon.bench.explain import explain_stored, plan_stored
 from lemon.bench.store import ResultsStore
-from lemon.bench.tracefile import trace_store
-from lemon.bench.view.build import store_page
+from lemon.inspection.explain import explain_stored, plan_stored
+from lemon.inspection.tracefile import trace_store
+from lemon.inspection.view.build import store_page
 from tests.view.browser import chromium
 from tests.view.conftest import add_prompted_run, build_store, write_training_run
 from tests.view.test_honest_items import _run, _team, _voters

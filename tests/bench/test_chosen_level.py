@@ -8,8 +8,8 @@ from pathlib import Path
 
 from lemon.bench.report import build_report
 from lemon.bench.store import ResultsStore
-from lemon.bench.view.build import _run_json
 from lemon.cli.view_cmds import _items_table
+from lemon.inspection.view.build import _run_json
 from tests.bench.test_report import _fill
 from tests.cli.test_cli_core import lemon
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from lemon.bench.tracefile import extracted_answer
+from lemon.inspection.tracefile import extracted_answer
 from tests.cli.test_cli_core import lemon
 
 POOL = ("name: scripted\nlevels:\n  - {name: small, backend: scripted, model: s}\n"

@@ -10,9 +10,9 @@ import pytest
 
 from lemon.bench.datasets import load_split
 from lemon.bench.evaluate import default_split
-from lemon.bench.explain import explain_stored, plan_stored
 from lemon.bench.store import ResultsStore
 from lemon.errors import LemonError
+from lemon.inspection.explain import explain_stored, plan_stored
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend

@@ -91,8 +91,8 @@ def test_inspect_log_carries_the_agents_as_events(stored: Stored, tmp_path: Path
 
 
 def test_inspect_log_of_a_vote_holds_its_tally(tmp_path: Path) -> None:
-    from lemon.bench.export_inspect import write_inspect_log
-    from lemon.bench.tracefile import trace_store
+    from lemon.inspection.export_inspect import write_inspect_log
+    from lemon.inspection.tracefile import trace_store
 
     from .test_honest_items import _run, _team, _voters
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from lemon.bench.export_otel import build_spans
 from lemon.bench.store import ResultsStore
+from lemon.inspection.export_otel import build_spans
 from tests.llm.servers import free_port
 
 from .conftest import Stored, assert_one_line_error, lemon

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from lemon.bench.explain import explain_spec
-from lemon.bench.export_otel import build_spans
-from lemon.bench.export_table import results_csv
 from lemon.bench.extract import extract_number
-from lemon.bench.itemview import agent_records, item_payload
-from lemon.bench.tracefile import trace_store
 from lemon.cli.view_cmds import render_item
+from lemon.inspection.explain import explain_spec
+from lemon.inspection.export_otel import build_spans
+from lemon.inspection.export_table import results_csv
+from lemon.inspection.itemview import agent_records, item_payload
+from lemon.inspection.tracefile import trace_store
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.cache import CachedBackend, SQLiteCache
 from lemon.llm.scripted import ScriptedBackend
@@ -141,8 +141,8 @@ def test_a_stop_rule_and_its_unrun_agents_are_shown(tmp_path: Path) -> None:
 
 
 def test_explain_of_a_stopped_vote_lists_the_rule_and_its_unrun_agents(tmp_path: Path) -> None:
-    from lemon.bench.explain import explain_stored, plan_trace
     from lemon.cli.view_cmds import attribution_table
+    from lemon.inspection.explain import explain_stored, plan_trace
 
     backend = _voters(["The answer is 5."] * 4)
     path = _run(backend, _team(4, StopRule(agree=2)), tmp_path)

@@ -8,7 +8,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lemon.bench.view.build import render_page
+from lemon.inspection.view.build import render_page
 
 TEMPLATE_SCRIPTS = render_page({}, []).count("</script")
 

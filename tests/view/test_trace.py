@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.itemview import agent_records
 from lemon.bench.store import ResultsStore, open_existing_store
 from lemon.errors import LemonError
+from lemon.inspection.itemview import agent_records
 from lemon.llm.base import ChatRequest
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime.trace import Trace

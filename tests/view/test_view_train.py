@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lemon.bench.view.build import training_page
-from lemon.bench.view.train import heat_segments, step_block, training_data
+from lemon.inspection.view.build import training_page
+from lemon.inspection.view.train import heat_segments, step_block, training_data
 
 from .conftest import write_training_run
 
@@ -103,7 +103,7 @@ def test_a_torn_last_line_and_a_missing_run_json_still_show(run_dir: Path, tmp_p
 
 
 def test_a_stored_edited_level_is_named_in_the_edit() -> None:
-    from lemon.bench.view.train import _edit_text
+    from lemon.inspection.view.train import _edit_text
 
     text = "agents:\n  - name: a\n    role: math_solver\n    capacity: large\n"
     start = text.index("large")

@@ -11,10 +11,10 @@ from urllib.parse import quote
 import pytest
 from selenium.webdriver.common.by import By
 
-from lemon.bench.explain import explain_stored, plan_stored
 from lemon.bench.report import mcnemar_exact
 from lemon.bench.store import ItemRow, ResultsStore
-from lemon.bench.view.build import store_page
+from lemon.inspection.explain import explain_stored, plan_stored
+from lemon.inspection.view.build import store_page
 
 from .browser import chromium, js_errors
 from .conftest import Stored, add_prompted_run, assert_one_line_error, lemon, write_training_run

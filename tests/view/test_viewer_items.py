@@ -12,8 +12,8 @@ from urllib.parse import quote
 from selenium.webdriver.common.by import By
 
 from lemon.bench.store import ResultsStore
-from lemon.bench.tracefile import trace_store
-from lemon.bench.view.build import store_page
+from lemon.inspection.tracefile import trace_store
+from lemon.inspection.view.build import store_page
 from lemon.llm.cache import CachedBackend, SQLiteCache
 from lemon.spec.model import StopRule
 

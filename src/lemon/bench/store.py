@@ -124,7 +124,7 @@ CREATE TABLE IF NOT EXISTS explanations (
     run_id      TEXT NOT NULL,
     item_id     TEXT NOT NULL,
     seed        INTEGER NOT NULL,
-    result_json TEXT NOT NULL,         -- lemon.bench.explain.Attribution as JSON
+    result_json TEXT NOT NULL,         -- lemon.inspection.explain.Attribution as JSON
     created     REAL NOT NULL,
     PRIMARY KEY (run_id, item_id, seed)
 );

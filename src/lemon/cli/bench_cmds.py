@@ -93,13 +93,11 @@ def eval_cmd(
     first 8 items all fail); 3 some items ended in error (counted in the summary; re-run with --retry-errors);
     4 --budget-tokens-total ran out before every item was computed.
     """
-    from lemon.bench.evaluate import EvalPlan, Execution, evaluate, exit_status, summary_lines
+    from lemon.bench.evaluate import EvalPlan, Execution
     from lemon.bench.item import EvalSettings
     from lemon.bench.methods import resolve_method
-    from lemon.cli.progress import eval_progress_bar
     from lemon.cli.session import endpoint_pool
 
-    console, err_console = consoles()
     check_worker_options(max_tokens=max_tokens, temperature=temperature)
     apply_threads(threads)
     pool = endpoint_pool(pool, model, base_url, api_key_env)
@@ -107,9 +105,17 @@ def eval_cmd(
                             pool=pool, temperature=temperature, max_tokens=_identity_max_tokens(pool, max_tokens),
                             n_agents=agents, budget_tokens=budget_tokens, call_timeout_s=timeout, cache=not no_cache)
     plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir, first_seed=seed or 0)
-    store = _eval_store(store, out)
     execution = Execution(concurrency=concurrency, ray_address=ray, shard=_parse_shard(shard),
                           budget_tokens_total=budget_tokens_total, retry_errors=retry_errors)
+    _evaluate_and_report(settings, plan, _eval_store(store, out), execution)
+
+
+def _evaluate_and_report(settings: Any, plan: Any, store: Path | None, execution: Any) -> None:
+    """Evaluate under a progress bar, print the summary and where to see the run; exit with its status."""
+    from lemon.bench.evaluate import evaluate, exit_status, summary_lines
+    from lemon.cli.progress import eval_progress_bar
+
+    console, err_console = consoles()
     with eval_progress_bar(err_console) as on_progress:
         summary = asyncio.run(evaluate(settings, plan, store=store, execution=execution, on_progress=on_progress))
     _print_summary(console, summary, summary_lines)

@@ -15,9 +15,9 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.table import Table
 
-from lemon.bench.tracefile import extracted_answer
 from lemon.errors import ConfigError, LemonError, SpecError, StorageError
 from lemon.files import disk_full, read_regular
+from lemon.inspection.tracefile import extracted_answer
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
 from lemon.llm.pools import load_pool, pool_level_names
@@ -227,7 +227,7 @@ def _orchestrator(name: str, pool: Pool, roles: RoleLibrary, level: str | None) 
 
 def vote_key_for(kind: object) -> Any:
     """How a `majority_vote` agent compares answers for a task of this kind (None: whole texts)."""
-    from lemon.bench.tracefile import vote_key
+    from lemon.inspection.tracefile import vote_key
 
     return vote_key(str(kind))
 

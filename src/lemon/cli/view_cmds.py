@@ -1,6 +1,6 @@
 """`lemon trace`, `lemon explain`, `lemon view`, `lemon export`: read, explain and export stored runs.
 
-Option parsing and printing only; the work is in `lemon.bench.itemview`, `explain`, `view` and the exporters.
+Option parsing and printing only; the work is in `lemon.inspection.itemview`, `explain`, `view` and the exporters.
 Everything a run's stored text puts on the terminal goes through rich `Text` (never markup), so an agent that
 writes `[bold]` or `[/]` cannot break or restyle the output.
 """
@@ -18,7 +18,6 @@ from rich.table import Table
 from rich.text import Text
 
 from lemon.bench.methods import shown_level
-from lemon.bench.tracefile import open_source
 from lemon.cli.options import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_POOL,
@@ -33,6 +32,7 @@ from lemon.cli.options import (
     output_file,
 )
 from lemon.errors import LemonError
+from lemon.inspection.tracefile import open_source
 
 
 def _store_path(store: Path | None) -> Path:
@@ -60,7 +60,7 @@ def trace_cmd(
 
     With ITEM_ID: the task, gold, prediction, each agent's prompt, output, model and tokens, and the stop event;
     without it, the run's items. A `lemon run` trace (file or id) is a run of one item."""
-    from lemon.bench.itemview import item_payload, resolve_item
+    from lemon.inspection.itemview import item_payload, resolve_item
 
     console = consoles().out
     with open_source(run_id, _store_path(store)) as src:
@@ -98,14 +98,14 @@ def _emit_json(console: Console, data: Any, out: Path | None) -> None:
     if out is None:
         console.file.write(text + "\n")
         return
-    from lemon.bench.view import write_atomic
+    from lemon.inspection.view import write_atomic
 
     write_atomic(out, text + "\n")
     console.print(f"wrote {out}", highlight=False)
 
 
 def _items_table(run: Any, rows: list[Any]) -> Table:
-    from lemon.bench.itemview import shown_status
+    from lemon.inspection.itemview import shown_status
 
     table = Table(title=f"run {run.run_id}: {run.benchmark}/{run.split}, {run.method}, pool {run.pool}, "
                         f"level {shown_level(run.method, run.level)} ({len(rows)} rows)", title_justify="left")
@@ -135,7 +135,7 @@ def _clip(text: str | None, n: int) -> str:
 
 def render_item(payload: dict[str, Any]) -> Group:
     """The readable form of one item: header, task, orchestrator, one panel per agent, the stop events."""
-    from lemon.bench.itemview import orchestrator_event, stop_event
+    from lemon.inspection.itemview import orchestrator_event, stop_event
 
     run, item, trace = payload["run"], payload["item"], payload["trace"]
     head = Text.assemble(
@@ -169,7 +169,8 @@ def render_item(payload: dict[str, Any]) -> Group:
 def stop_rule_line(e: dict[str, Any]) -> str:
     """One stop rule's decision in words: which voter stopped, by which rule, what ran and what was saved."""
     skipped = ", ".join(e.get("skipped") or ()) or "none"
-    return (f"stop rule {e.get('rule', '-')} of {e.get('agent', '-')} fired after {', '.join(e.get('ran') or ())}; "
+    how = "fired after" if e.get("fired", True) else "did not fire (its max was reached) after"
+    return (f"stop rule {e.get('rule', '-')} of {e.get('agent', '-')} {how} {', '.join(e.get('ran') or ())}; "
             f"not run: {skipped} (about {e.get('tokens_saved_estimate', 0)} tokens saved)")
 
 
@@ -181,7 +182,7 @@ def _timing(a: dict[str, Any]) -> str:
 
 
 def _agent_panel(a: dict[str, Any]) -> Panel:
-    from lemon.bench.itemview import vote_tally
+    from lemon.inspection.itemview import vote_tally
 
     body = Text()
     tok = (f"{a['prompt_tokens']} prompt + {a['completion_tokens']} completion tokens"
@@ -251,7 +252,7 @@ def explain_cmd(
     def on_edit(e: Any) -> None:
         err.print(Text(f"  {e.edit}: calls {e.calls}, cache hits {e.cache_hits}, right {e.correct}"))
 
-    from lemon.bench.tracefile import looks_like_trace
+    from lemon.inspection.tracefile import looks_like_trace
 
     if Path(target).is_file() and not looks_like_trace(Path(target)):
         if item is None:
@@ -272,8 +273,8 @@ def _explain_spec_file(spec_path: Path, task: str, pool: str, seed: int, gold: s
                        on_edit: Any) -> Any:
     import asyncio
 
-    from lemon.bench.explain import explain_spec
     from lemon.cli.session import read_spec_text
+    from lemon.inspection.explain import explain_spec
     from lemon.llm.base import GenParams
     from lemon.llm.pools import load_pool, pool_level_names
     from lemon.spec.roles import RoleLibrary
@@ -299,8 +300,8 @@ def _explain_stored(target: str, item: str | None, seed: int, store: Path | None
                     on_edit: Any, gold: str | None = None) -> Any:
     import asyncio
 
-    from lemon.bench.explain import explain_stored, plan_stored, plan_trace
-    from lemon.bench.itemview import resolve_item
+    from lemon.inspection.explain import explain_stored, plan_stored, plan_trace
+    from lemon.inspection.itemview import resolve_item
     from lemon.llm.pools import load_pool
 
     with open_source(target, _store_path(store)) as src:
@@ -376,8 +377,8 @@ def view_cmd(
     file: Annotated[Path | None, opt("file", help="The HTML file to write (default ./lemon-view.html).")] = None,
 ) -> None:
     """Write a self-contained HTML page (works offline) showing runs, items, DAGs, diffs, attributions, training."""
-    from lemon.bench.view import write_atomic
-    from lemon.bench.view.build import training_page
+    from lemon.inspection.view import write_atomic
+    from lemon.inspection.view.build import training_page
 
     console = consoles().out
     if max_traces < 0 or max_steps < 0:
@@ -396,8 +397,8 @@ def view_cmd(
 def _store_html(target: str | None, store: Path | None, item: str | None, seed: int, train_dirs: list[Path],
                 max_traces: int, max_steps: int) -> str:
     """The page of a store, one of its runs, or a trace file (opened on its one item)."""
-    from lemon.bench.itemview import resolve_item
-    from lemon.bench.view.build import store_page
+    from lemon.inspection.itemview import resolve_item
+    from lemon.inspection.view.build import store_page
 
     with open_source(target, _store_path(store)) as src:
         db, run = src.db, src.run
@@ -442,11 +443,11 @@ def export_otel_cmd(
 ) -> None:
     """One OTel trace per item: a root span, an invoke_agent span per agent, chat spans with GenAI attributes."""
     try:
-        from lemon.bench.export_otel import build_spans, export_otel, otlp_headers, otlp_json_lines
+        from lemon.inspection.export_otel import build_spans, export_otel, otlp_headers, otlp_json_lines
     except ImportError as exc:
         raise LemonError(f"exporting to OpenTelemetry needs the [export] extra ({exc.name} is missing): "
                          "pip install -e '.[export]'") from None
-    from lemon.bench.view import write_atomic
+    from lemon.inspection.view import write_atomic
 
     console = consoles().out
     with open_source(run_id, _store_path(store)) as src:
@@ -474,7 +475,7 @@ def export_inspect_cmd(
     store: StoreOpt = None,
 ) -> None:
     """An evaluation run (or a `lemon run` trace) as an Inspect eval log (open it with `inspect view`)."""
-    from lemon.bench.export_inspect import write_inspect_log
+    from lemon.inspection.export_inspect import write_inspect_log
 
     console = consoles().out
     if log_file is not None and file is not None:
@@ -497,8 +498,8 @@ def export_csv_cmd(
     store: StoreOpt = None,
 ) -> None:
     """One row per (run, item, seed): correctness, prediction, gold, tokens, status, latency (stdout by default)."""
-    from lemon.bench.export_table import results_csv
-    from lemon.bench.view import write_atomic
+    from lemon.inspection.export_table import results_csv
+    from lemon.inspection.view import write_atomic
 
     console = consoles().out
     dest = output_file(out, file, "results.csv")

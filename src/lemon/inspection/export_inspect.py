@@ -62,7 +62,7 @@ def _agent_events(a: Any, started: float, config: Any) -> list[Any]:
     """A span per agent that ran (its model call or its tally inside); one info event for one that did not."""
     from inspect_ai.event import InfoEvent, SpanBeginEvent, SpanEndEvent
 
-    from lemon.bench.itemview import vote_tally
+    from lemon.inspection.itemview import vote_tally
 
     if not a.ran:
         return [InfoEvent(source=a.name, data={"agent": a.name, "not_run": a.note or "not run"},
@@ -87,7 +87,7 @@ def sample_events(run: RunInfo, trace: dict[str, Any], started: float) -> list[A
     from inspect_ai.event import InfoEvent
     from inspect_ai.model import GenerateConfig
 
-    from lemon.bench.itemview import agent_records, orchestrator_event, stop_rule_events
+    from lemon.inspection.itemview import agent_records, orchestrator_event, stop_rule_events
 
     config = GenerateConfig(temperature=run.config.get("temperature"), max_tokens=run.config.get("max_tokens"))
     events: list[Any] = []

@@ -18,11 +18,11 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from lemon.bench.itemview import shown_status
 from lemon.bench.methods import shown_level
 from lemon.bench.report import paired_compare
 from lemon.bench.store import ItemRow, ResultsStore, RunInfo
-from lemon.bench.view.train import DEFAULT_MAX_STEPS, training_data
+from lemon.inspection.itemview import shown_status
+from lemon.inspection.view.train import DEFAULT_MAX_STEPS, training_data
 
 DEFAULT_MAX_TRACES = 300
 
@@ -35,7 +35,7 @@ def _safe(json_text: str) -> str:
 def render_page(data: dict[str, Any], traces: Sequence[str]) -> str:
     """The template with the page data and the trace blocks spliced in (split, not str.replace: the data may
     contain the marker text itself)."""
-    template = (resources.files("lemon.bench.view") / "page.html").read_text("utf-8")
+    template = (resources.files("lemon.inspection.view") / "page.html").read_text("utf-8")
     head, rest = template.split("__LEMON_DATA__", 1)
     mid, tail = rest.split("__LEMON_TRACES__", 1)
     blob = _safe(json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str))

@@ -113,7 +113,7 @@ def trace_run(trace: dict[str, Any], path: Path) -> RunInfo:
 
 def trace_row(trace: dict[str, Any], path: Path, text: str) -> ItemRow:
     """The one (item, seed) row of a trace file: the extracted answer as prediction, no gold."""
-    from lemon.bench.itemview import stop_event
+    from lemon.inspection.itemview import stop_event
 
     metrics, costs, system = trace.get("metrics") or {}, trace.get("costs") or {}, trace.get("system") or {}
     status = str(metrics.get("status") or stop_event(trace).get("reason") or "ok")

@@ -338,7 +338,7 @@ def gold_checker(kind: str, gold: str | None) -> Checker:
     """(extracted answer, right) of an answer of this kind; right is None without a gold answer (or for code,
     which only a benchmark's tests can judge), and the edits then say whether the extracted answer changed."""
     from lemon.bench.extract import numbers_equal
-    from lemon.bench.tracefile import answer_extractor
+    from lemon.inspection.tracefile import answer_extractor
 
     extract = answer_extractor(kind) or (lambda text: text.strip() or None)
 
@@ -357,7 +357,7 @@ def plan_trace(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *,
                max_edits: int | None = None, budget_tokens: int | None = None) -> StoredPlan:
     """`plan_stored` for a `lemon run` trace (no benchmark item): the task and settings come from the trace, the
     answer is read by the task's kind, and without `gold` each edit says whether the answer changed."""
-    from lemon.bench.tracefile import vote_key
+    from lemon.inspection.tracefile import vote_key
 
     if row.status != "ok":
         raise LemonError(f"the run {run.run_id} ended with status {row.status} ({row.stop_reason}); only runs that "

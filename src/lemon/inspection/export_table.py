@@ -46,7 +46,7 @@ def results_csv(db: ResultsStore, runs: Sequence[RunInfo]) -> tuple[str, int]:
 
 
 def write_results_csv(db: ResultsStore, runs: Sequence[RunInfo], out: Path) -> int:
-    from lemon.bench.view import write_atomic
+    from lemon.inspection.view import write_atomic
 
     text, n = results_csv(db, runs)
     write_atomic(out, text)
