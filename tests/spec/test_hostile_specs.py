@@ -81,7 +81,7 @@ def test_spec_file_reads_are_bounded(tmp_path: Path) -> None:
     (tmp_path / "latin1.yaml").write_bytes("duty: caf\xe9".encode("latin-1"))
     with pytest.raises(SpecError, match="not UTF-8"):
         read_spec_file(tmp_path / "latin1.yaml")
-    with pytest.raises(SpecError, match="directory"):
+    with pytest.raises(SpecError, match="is a folder, not a regular file"):
         read_spec_file(tmp_path)
     with pytest.raises(SpecError, match="does not exist"):
         read_spec_file(tmp_path / "nope.yaml")

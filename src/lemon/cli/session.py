@@ -16,7 +16,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from lemon.errors import ConfigError, LemonError, SpecError, StorageError
-from lemon.files import disk_full, read_regular
+from lemon.files import disk_full
 from lemon.inspection.tracefile import extracted_answer
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
@@ -25,7 +25,7 @@ from lemon.orchestrator.template import task_kind
 from lemon.paths import ensure_dir, runs_dir
 from lemon.runtime import Budget, Executor, RunResult
 from lemon.spec.model import Spec
-from lemon.spec.parse import MAX_SPEC_BYTES, MAX_SPEC_CHARS
+from lemon.spec.parse import read_spec_file
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import load_spec
@@ -282,21 +282,9 @@ async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrato
         await pool.aclose()
 
 
-def read_spec_text(path: Path) -> str:
-    """A spec file's text through the one guarded opener: a FIFO given as SPEC hung `lemon validate` and
-    `lemon exec` forever; a device never ended. At most `MAX_SPEC_BYTES`, UTF-8."""
-    data = read_regular(path, limit=MAX_SPEC_BYTES, what="spec file", error=SpecError,
-                        size_hint=f"a spec has at most {MAX_SPEC_CHARS:,} characters")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"spec file {path} is not UTF-8 text ({exc.reason}); a spec has at most "
-                        f"{MAX_SPEC_CHARS:,} characters of YAML or JSON") from None
-
-
 async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptions) -> None:
     roles = RoleLibrary.load()
-    spec = load_spec(read_spec_text(spec_path), roles, pool_level_names(opts.pool))
+    spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(opts.pool))
     pool = load_pool(opts.pool, cache=opts.cache)
     try:
         _show_spec(console, spec, f"spec {escape(str(spec_path))}")
@@ -311,7 +299,7 @@ def validate_file(console: Console, spec_path: Path, pool_name: str) -> None:
 
     roles = RoleLibrary.load()
     levels = pool_level_names(pool_name)
-    text = read_spec_text(spec_path)
+    text = read_spec_file(spec_path)
     problems = spec_problems(text, roles, levels)
     if len(problems) > 1:
         from lemon.cli.options import consoles

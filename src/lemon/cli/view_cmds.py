@@ -273,14 +273,14 @@ def _explain_spec_file(spec_path: Path, task: str, pool: str, seed: int, gold: s
                        on_edit: Any) -> Any:
     import asyncio
 
-    from lemon.cli.session import read_spec_text
     from lemon.inspection.explain import explain_spec
     from lemon.llm.base import GenParams
     from lemon.llm.pools import load_pool, pool_level_names
+    from lemon.spec.parse import read_spec_file
     from lemon.spec.roles import RoleLibrary
     from lemon.spec.validate import load_spec
 
-    spec = load_spec(read_spec_text(spec_path), RoleLibrary.load(), pool_level_names(pool))
+    spec = load_spec(read_spec_file(spec_path), RoleLibrary.load(), pool_level_names(pool))
     the_pool = load_pool(pool, cache=not no_cache)
     params = GenParams(**{**{f: getattr(the_pool.defaults, f) for f in the_pool.defaults.__dataclass_fields__},
                           "max_tokens": max_tokens})

@@ -22,6 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from lemon.errors import SpecError
+from lemon.files import read_regular
 from lemon.spec.model import MAX_SPEC_CHARS, Spec
 
 _PLAIN_TAGS = frozenset({None, "!", "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"})
@@ -122,24 +123,17 @@ def load_data(text: str) -> Any:
 
 
 def read_spec_file(path: Path) -> str:
-    """The text of a spec file, reading at most `MAX_SPEC_BYTES` + 1 bytes: a 300 MB file is refused by its
-    size without being read whole (the character bound of `load_data` then applies to the text)."""
-    try:
-        with Path(path).open("rb") as f:
-            data = f.read(MAX_SPEC_BYTES + 1)
-    except FileNotFoundError:
-        raise SpecError(f"spec file {path} does not exist") from None
-    except IsADirectoryError:
-        raise SpecError(f"spec file {path} is a directory; name a YAML or JSON file") from None
-    except OSError as exc:
-        raise SpecError(f"spec file {path} cannot be read: {exc.strerror or exc}") from None
-    if len(data) > MAX_SPEC_BYTES:
-        raise SpecError(f"spec file {path} is larger than {MAX_SPEC_BYTES:,} bytes; a spec has at most "
-                        f"{MAX_SPEC_CHARS:,} characters")
+    """A spec file's text through the one guarded opener (`lemon.files.read_regular`): a regular file only (a
+    FIFO given as SPEC hung `lemon validate` and `lemon exec` forever; a device never ended), at most
+    `MAX_SPEC_BYTES` read (a 300 MB file is refused by its size; the character bound of `load_data` then
+    applies to the text), UTF-8."""
+    data = read_regular(path, limit=MAX_SPEC_BYTES, what="spec file", error=SpecError,
+                        size_hint=f"a spec has at most {MAX_SPEC_CHARS:,} characters")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise SpecError(f"spec file {path} is not UTF-8 text ({exc.reason})") from None
+        raise SpecError(f"spec file {path} is not UTF-8 text ({exc.reason}); a spec has at most "
+                        f"{MAX_SPEC_CHARS:,} characters of YAML or JSON") from None
 
 
 def describe_validation_error(exc: ValidationError, data: Any, index: int = 0) -> str:
