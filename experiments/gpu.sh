@@ -98,7 +98,7 @@ stage_policy() {
 stage_sft() {
   [ -f "$RUNS/sft/sft.json" ] && return 0
   lemon sft --out "$RUNS/sft" --policy "$RUNS/policy" --benchmark gsm8k --teacher-pool cpu \
-    --teacher-level large --limit "$N_TRAIN" --epochs 3 --threads 8
+    --teacher-level large --limit "$N_TRAIN" --epochs 3 --threads 8 --serve-workers
 }
 
 stage_train() {  # $1: cf or global
@@ -106,15 +106,33 @@ stage_train() {  # $1: cf or global
   [ "$1" = global ] && flags=(--no-cf)
   [ -d "$run/final" ] && return 0
   lemon train --out "$run" --policy "$RUNS/sft/model" --benchmark gsm8k --pool cpu --steps "$STEPS" \
-    --save-every 2 --seed 0 --lora --precision bf16 --gradient-checkpointing --threads 8 \
+    --save-every 2 --seed 0 --lora --precision bf16 --gradient-checkpointing --threads 8 --serve-workers \
     ${flags[@]+"${flags[@]}"} $(resume_flag "$run")
+}
+
+# CUDA llama.cpp and torch cannot share a process there (gpu.md): sft and train serve their workers
+# themselves (--serve-workers); eval, whose trained policies run in torch, uses one `lemon serve`.
+serve_workers() {  # start `lemon serve --pool cpu` in the background; return once its pool file exists
+  local dir=$WORK/served k
+  if [ -n "$DRY" ]; then printf '+ %s\n' "python3 -m lemon.cli.main serve --pool cpu --out $dir --port 8800 &"; return 0; fi
+  rm -f "$dir/pool.yaml"
+  python3 -m lemon.cli.main serve --pool cpu --out "$dir" --port 8800 >"$WORK/serve.log" 2>&1 &
+  SERVE_PID=$!
+  trap 'kill -INT "$SERVE_PID" 2>/dev/null || true; wait "$SERVE_PID" 2>/dev/null || true' EXIT
+  for k in $(seq 1 360); do
+    [ -f "$dir/pool.yaml" ] && return 0
+    kill -0 "$SERVE_PID" 2>/dev/null || break
+    sleep 0.5
+  done
+  echo "lemon serve did not come up ($k checks): $(tail -3 "$WORK/serve.log")" >&2; return 2
 }
 
 stage_eval() {
   local m
+  serve_workers || return
   for m in "trained:$RUNS/cf/final" "trained:$RUNS/global/final" "trained:$RUNS/sft/model" cot vanilla; do
-    lemon eval multiarith --method "$m" --limit "$LIMIT" --seeds "$SEEDS" --pool cpu --level medium \
-      --store "$RUNS/eval.sqlite"
+    lemon eval multiarith --method "$m" --limit "$LIMIT" --seeds "$SEEDS" --pool "$WORK/served/pool.yaml" \
+      --level medium --store "$RUNS/eval.sqlite"
   done
 }
 

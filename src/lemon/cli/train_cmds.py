@@ -17,6 +17,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from lemon.cli.options import DEFAULT_POOL, DataDirOpt, NoCacheOpt, ThreadsOpt, consoles, opt
 from lemon.errors import LemonError
 
+# Worker models in their own server processes (lemon.llm.serve), or loaded in this one.
+ServeWorkersOpt = Annotated[bool | None, typer.Option(
+    "--serve-workers/--embedded-workers", help="Run the pool's embedded worker models in their own server "
+    "processes (llama_cpp.server; ports from LEMON_WORKER_PORT, default 8700), or in this process. Default: "
+    "served whenever torch uses a GPU (a CUDA llama.cpp cannot share its process).")]
+
 
 def _need_train_extra() -> None:
     try:
@@ -74,6 +80,7 @@ def sft_cmd(
     data_dir: DataDirOpt = None,
     seed: Annotated[int, opt("seed", help="Shuffling seed.")] = 0,
     threads: ThreadsOpt = 2,
+    serve_workers: ServeWorkersOpt = None,
     no_cache: NoCacheOpt = False,
 ) -> None:
     """Warm-start the policy on the teacher's valid specs; report the valid-spec rate before and after."""
@@ -86,7 +93,7 @@ def sft_cmd(
                            epochs=epochs, lr=lr, batch_size=batch_size, require_correct=require_correct,
                            data_dir=str(data_dir) if data_dir else None, seed=seed,
                            max_new_tokens=policy_max_tokens, cache=not no_cache, threads=threads, lora=lora,
-                           verified=verified, teacher=teacher)
+                           verified=verified, teacher=teacher, serve_workers=serve_workers)
     with _progress(err_console) as bar:
         ids: dict[str, Any] = {}
 
@@ -160,6 +167,7 @@ def train_cmd(
     data_dir: DataDirOpt = None,
     seed: Annotated[int, opt("seed", help="Seed of sampling, task order and counterfactual choices.")] = 0,
     threads: ThreadsOpt = 2,
+    serve_workers: ServeWorkersOpt = None,
     no_cache: NoCacheOpt = False,
 ) -> None:
     """Orchestration-level GRPO with localized counterfactual credit on a benchmark's training split.
@@ -185,7 +193,7 @@ def train_cmd(
         lora=lora, cache=not no_cache, threads=threads, group_size=group_size, max_new_tokens=policy_max_tokens,
         kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step, worker_samples=worker_samples,
         uncertain_samples=uncertain, epochs=epochs, precision=precision,
-        gradient_checkpointing=gradient_checkpointing)
+        gradient_checkpointing=gradient_checkpointing, serve_workers=serve_workers)
     with _progress(err_console) as bar:
         summary = asyncio.run(train(settings, on_step=_step_reporter(bar, steps)))
     console.print(f"steps {summary.first_step}..{summary.last_step} done; metrics {out / 'metrics.jsonl'}",

@@ -43,6 +43,7 @@ import torch
 from pydantic import ValidationError
 
 from lemon.errors import ConfigError, LemonError
+from lemon.llm.serve import workers_for
 from lemon.orchestrator.policy_prompt import policy_messages
 from lemon.runtime import Executor
 from lemon.seeds import stable_seed
@@ -60,7 +61,7 @@ from lemon.train.credit import (
     pairwise_field_loss,
     policy_gradient_loss,
 )
-from lemon.train.distributed import Distributed, check_shares, open_distributed
+from lemon.train.distributed import Distributed, check_shares, open_distributed, wants_cuda
 from lemon.train.generation import Completion, score_completions
 from lemon.train.policy_handle import HFPolicy, PolicyHandle, Reference
 from lemon.train.rollout import Ablation, GroupResult, RolloutSettings, rollout_groups
@@ -110,6 +111,9 @@ class TrainSettings:
     epochs: int | None = None
     precision: str | None = None
     gradient_checkpointing: bool | None = None
+    # Worker models in their own server processes (`lemon.llm.serve`); None: whenever torch trains on a GPU,
+    # where a CUDA llama.cpp in the trainer's process crashes it.
+    serve_workers: bool | None = None
 
 
 def effective_config(s: TrainSettings) -> TrainConfig:
@@ -742,8 +746,10 @@ async def _uncertain(s: TrainSettings, tasks: Sequence[TrainTask],
     return kept, {"uncertainty": asdict(measured)}
 
 
-async def _open_trainer(s: TrainSettings, tasks: Sequence[TrainTask], split: str) -> tuple[Trainer, int]:
-    """Load (or resume) everything a run needs; returns the trainer and its first step."""
+async def _open_trainer(s: TrainSettings, tasks: Sequence[TrainTask], split: str,
+                        pool: str | None = None) -> tuple[Trainer, int]:
+    """Load (or resume) everything a run needs; returns the trainer and its first step. `pool`: the pool
+    file the calls go to when it is not `s.pool` itself (its served copy)."""
     from lemon.llm.pools import load_pool
 
     cfg = effective_config(s)
@@ -751,7 +757,7 @@ async def _open_trainer(s: TrainSettings, tasks: Sequence[TrainTask], split: str
     dist, precision = open_distributed(cfg.optim.precision)
     check_shares(cfg.rollout.tasks_per_step, dist.world)
     roles = RoleLibrary.load()
-    executor = worker_executor(load_pool(s.pool, cache=s.cache), roles, cfg)
+    executor = worker_executor(load_pool(pool or s.pool, cache=s.cache), roles, cfg)
     extra: dict[str, Any] = {}
     if s.uncertain_samples:
         tasks, extra = await _uncertain(s, tasks, executor)
@@ -776,7 +782,15 @@ async def train(s: TrainSettings, *, tasks: Sequence[TrainTask] | None = None, s
         torch.set_num_threads(s.threads)
     if tasks is None:
         split, tasks = load_train_tasks(s.benchmark, limit=s.limit_tasks, data_dir=s.data_dir)
-    trainer, start = await _open_trainer(s, list(tasks), split or "custom")
+    serve = wants_cuda() if s.serve_workers is None else s.serve_workers
+    with workers_for(s.pool, serve, s.run_dir / "workers") as pool:
+        return await _train_loop(s, list(tasks), split or "custom", pool, on_step)
+
+
+async def _train_loop(s: TrainSettings, tasks: list[TrainTask], split: str, pool: str,
+                      on_step: ProgressHook | None) -> TrainSummary:
+    """The steps, checkpoints and final export of `train`, with the worker calls going to `pool`."""
+    trainer, start = await _open_trainer(s, tasks, split, pool if pool != s.pool else None)
     last: dict[str, Any] = {}
     all_invalid = 0
     try:

@@ -20,16 +20,18 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from lemon.errors import LemonError
+from lemon.llm.serve import workers_for
 from lemon.orchestrator.policy_prompt import policy_messages, strict_spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
+from lemon.train.distributed import wants_cuda
 from lemon.train.generation import batch_logprobs, chat_prompt_ids, eos_ids, generate
 from lemon.train.tasks import TrainTask, is_correct, load_train_tasks, split_record
 from lemon.train.verified import live_spec
@@ -66,6 +68,9 @@ class SFTSettings:
     # `prompted`: the prompted orchestrator at `teacher_level` writes each target. `library`: one team drawn
     # uniformly from the fixed team library per task, no model call (train/library.py says why).
     teacher: str = "prompted"
+    # The teacher pool's models in their own server processes (`lemon.llm.serve`); None: whenever torch
+    # uses a GPU, where a CUDA llama.cpp in the same process crashes it.
+    serve_workers: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -265,7 +270,9 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
     s.out_dir.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
     if examples is None:
-        examples, counts = await build_examples(train_tasks, s, progress=progress)
+        serve = wants_cuda() if s.serve_workers is None else s.serve_workers
+        with workers_for(s.teacher_pool, serve, s.out_dir / "workers") as pool:
+            examples, counts = await build_examples(train_tasks, replace(s, teacher_pool=pool), progress=progress)
     examples = list(examples)
     with (s.out_dir / "sft_data.jsonl").open("w", encoding="utf-8") as fh:
         for e in examples:

@@ -1,0 +1,48 @@
+"""`lemon serve`: the pool's embedded worker models, each in its own OpenAI-compatible server process.
+
+A thin command over `lemon.llm.serve.serving`: it starts the servers, waits until each answers, writes the
+served pool file and keeps them up until Ctrl-C (which here is the normal way to stop, exit 0). Any command
+then uses them with `--pool FILE`; `lemon train` and `lemon sft` start their own with `--serve-workers`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lemon.cli.options import DEFAULT_POOL, MaybeThreadsOpt, PoolOpt, apply_threads, consoles, opt
+
+
+def serve_cmd(
+    pool: PoolOpt = DEFAULT_POOL,
+    port: Annotated[int, typer.Option(help="Port of the first server; the next models take the next ports.")] = 8700,
+    out: Annotated[Path | None, opt("out", help="Folder for the served pool file and the server logs "
+                                              "(default LEMON_HOME/served/POOL).")] = None,
+    threads: MaybeThreadsOpt = None,
+) -> None:
+    """Serve the pool's embedded worker models (llama_cpp.server, one process per model) until Ctrl-C."""
+    from lemon.llm.pools import read_pool_config
+    from lemon.llm.serve import plan_workers, serving
+    from lemon.paths import lemon_home
+
+    apply_threads(threads)
+    console = consoles().out
+    folder = out or lemon_home() / "served" / Path(read_pool_config(pool).name).name
+    with serving(pool, folder, port=port) as path:
+        for w in plan_workers(read_pool_config(pool), port):
+            console.print(f"{', '.join(w.levels)}: {w.model} on {w.base_url}", markup=False, highlight=False)
+        console.print(f"served pool: {path}  (use --pool {path}; Ctrl-C stops the servers)", markup=False,
+                      highlight=False)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            console.print("stopping the worker servers", markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    if "serve" not in {c.name for c in app.registered_commands}:
+        app.command("serve")(serve_cmd)

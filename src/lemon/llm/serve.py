@@ -1,0 +1,218 @@
+"""Worker models in their own processes: an OpenAI-compatible server per embedded model of a pool.
+
+Why: a CUDA build of llama.cpp and CUDA torch cannot share one process (issue 25: `lemon sft` / `lemon train`
+died with a segmentation fault on an H100 as soon as a llama.cpp model loaded after torch had used the GPU).
+`serving(pool)` starts one `python -m llama_cpp.server` (llama-cpp-python's `server` extra, a dependency of
+LEMON) per distinct embedded model, waits until each answers, and yields a pool file in which those levels
+are `backend: openai` levels pointing at them; everything else (remote levels, defaults) is kept. The caller
+talks to the workers through the existing OpenAI-compatible backend and never imports `llama_cpp` itself.
+On leaving, the servers are stopped (terminate, then kill).
+
+Same model, same settings: the server loads the same verified GGUF with the level's context and threads, and
+the served pool sends `repeat_penalty: 1.0` (the embedded backend's default; the server's is 1.1). Ports are
+`port, port + 1, ...` in level order, so a served level's model id (its URL) and its LLM-cache entries are the
+same from run to run.
+
+llama_cpp.server runs one completion at a time per model (no continuous batching): it moves llama.cpp out of
+the caller's process, it does not make a CPU faster (`benchmarks/bench_workers.py`, P4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from lemon.errors import BackendError, ConfigError
+from lemon.llm.embedded import gpu_layers_from_env, threads_from_env
+from lemon.llm.models import ensure_model, verify_sha256
+from lemon.llm.pools import LevelConfig, PoolConfig, read_pool_config
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 8700      # LEMON_WORKER_PORT overrides it; process k of a data-parallel run adds 16 k
+STARTUP_S = 180.0        # loading a 1.5B GGUF from a cold disk on 2 cores takes well under a minute
+SERVED_CONCURRENCY = 8   # requests in flight per served model (the server queues them)
+SERVED_TIMEOUT_S = 600.0  # one attempt, queueing behind the other in-flight requests included
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One server: the model file it serves, the alias it answers to, where, and the levels it serves."""
+
+    model: str
+    path: Path
+    alias: str
+    port: int
+    n_ctx: int
+    n_threads: int
+    levels: tuple[str, ...]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+def model_file(lv: LevelConfig) -> Path:
+    """The verified GGUF of an embedded level (a pinned id, or a .gguf path checked against its sha256)."""
+    if not lv.model.endswith(".gguf"):
+        return ensure_model(lv.model)
+    path = Path(lv.model).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"model file {path} does not exist; fix the pool's `model:` path")
+    if lv.sha256:
+        verify_sha256(path, lv.sha256, f"model file {path.name}")
+    return path
+
+
+def plan_workers(cfg: PoolConfig, port: int = DEFAULT_PORT) -> list[Worker]:
+    """One worker per distinct (model, context, threads) among the embedded levels, in level order."""
+    found: dict[tuple[str, int, int | None], list[str]] = {}
+    for lv in cfg.levels:
+        if lv.backend == "embedded":
+            found.setdefault((lv.model, lv.n_ctx, lv.n_threads), []).append(lv.name)
+    by_name = {lv.name: lv for lv in cfg.levels}
+    workers = []
+    for k, ((model, n_ctx, n_threads), levels) in enumerate(found.items()):
+        threads = n_threads or threads_from_env() or max(1, os.cpu_count() or 1)
+        workers.append(Worker(model, model_file(by_name[levels[0]]), Path(model).stem.lower(), port + k, n_ctx,
+                              threads, tuple(levels)))
+    return workers
+
+
+def served_config(cfg: PoolConfig, workers: list[Worker]) -> dict[str, Any]:
+    """The pool, as YAML data, with every served level an OpenAI-compatible level on its worker."""
+    served = {name: w for w in workers for name in w.levels}
+    levels = []
+    for lv in cfg.levels:
+        w = served.get(lv.name)
+        if w is None:
+            levels.append(lv.model_dump(mode="json", exclude_defaults=True))
+            continue
+        levels.append({"name": lv.name, "backend": "openai", "model": w.alias, "base_url": w.base_url,
+                       "concurrency": max(lv.concurrency, SERVED_CONCURRENCY), "timeout_s": SERVED_TIMEOUT_S,
+                       "schema_style": "llama_cpp"})
+    defaults = cfg.defaults.model_dump(mode="json", exclude_defaults=True)
+    if cfg.defaults.repeat_penalty is None:
+        defaults["repeat_penalty"] = 1.0  # embedded llama.cpp's default; llama_cpp.server's is 1.1
+    return {"name": f"{cfg.name}-served"[:64], "defaults": defaults, "levels": levels}
+
+
+def server_command(w: Worker) -> list[str]:
+    """`python -m llama_cpp.server` for one worker (the same interpreter, so the same llama-cpp-python)."""
+    return [sys.executable, "-m", "llama_cpp.server", "--model", str(w.path), "--model_alias", w.alias,
+            "--host", "127.0.0.1", "--port", str(w.port), "--n_ctx", str(w.n_ctx), "--n_threads", str(w.n_threads),
+            "--n_threads_batch", str(w.n_threads), "--n_gpu_layers", str(gpu_layers_from_env()),
+            "--logits_all", "false", "--use_mlock", "false"]  # as the embedded Llama (the server's own defaults
+    # differ: logits of every position, which changes llama.cpp's kernels and so sampled tokens, and mlock)
+
+
+def worker_port() -> int:
+    """The first port of this process's workers: LEMON_WORKER_PORT (default 8700) + 16 x LOCAL_RANK, so
+    the processes of one `accelerate launch` each serve their own workers, as each loaded its own models."""
+    raw = os.environ.get("LEMON_WORKER_PORT", "").strip() or str(DEFAULT_PORT)
+    try:
+        base = int(raw) + 16 * int(os.environ.get("LOCAL_RANK", "0") or 0)
+    except ValueError:
+        raise ConfigError(f"LEMON_WORKER_PORT={raw!r} is not a port number; use e.g. 8700") from None
+    if not 1024 <= base <= 65_000:
+        raise ConfigError(f"LEMON_WORKER_PORT={raw!r}: worker ports start at {base}; use 1024..65000")
+    return base
+
+
+def has_embedded(pool: str) -> bool:
+    return any(lv.backend == "embedded" for lv in read_pool_config(pool).levels)
+
+
+@contextlib.contextmanager
+def workers_for(pool: str, serve: bool, work_dir: Path) -> Iterator[str]:
+    """The pool a command's calls go to: `pool` itself, or (`serve`, and it has embedded levels) its served
+    copy, with the servers running until the block ends. Training and SFT serve whenever torch uses a GPU."""
+    if not serve or not has_embedded(pool):
+        yield pool
+        return
+    with serving(pool, work_dir, port=worker_port()) as path:
+        yield str(path)
+
+
+def _check_port_free(port: int) -> None:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise ConfigError(f"port {port} on 127.0.0.1 is in use (another worker server?); stop it, or "
+                              "pass another --port (LEMON_WORKER_PORT for train and sft)") from None
+
+
+def _answers(base_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base_url}/models", timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def wait_healthy(proc: subprocess.Popen[bytes], w: Worker, log_path: Path, startup_s: float) -> None:
+    """Until the server lists its models; a server that exits or stays silent is one line naming its log."""
+    deadline = time.monotonic() + startup_s
+    while not _answers(w.base_url):
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] if log_path.exists() else []
+            raise BackendError(f"worker server for {w.model} exited ({proc.returncode}): {' '.join(tail)[:300]}; "
+                               f"see {log_path} (is the `server` extra of llama-cpp-python installed?)")
+        if time.monotonic() > deadline:
+            raise BackendError(f"worker server for {w.model} did not answer on {w.base_url} within {startup_s:.0f} "
+                               f"s; see {log_path}")
+        time.sleep(0.25)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate, wait, kill if it will not go."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def serving(pool: str, work_dir: Path, *, port: int = DEFAULT_PORT,
+            startup_s: float = STARTUP_S) -> Iterator[Path]:
+    """Start a worker server per embedded model of `pool`, wait for all, yield the served pool file
+    (`work_dir/pool.yaml`; server logs beside it); stop the servers on leaving, whatever happened."""
+    cfg = read_pool_config(pool)
+    workers = plan_workers(cfg, port)
+    for w in workers:
+        _check_port_free(w.port)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    logs: list[IO[bytes]] = []
+    try:
+        for w in workers:
+            logs.append((work_dir / f"{w.alias}-{w.port}.log").open("wb"))
+            procs.append(subprocess.Popen(server_command(w), stdout=logs[-1], stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL))
+        for w, proc in zip(workers, procs, strict=True):
+            wait_healthy(proc, w, work_dir / f"{w.alias}-{w.port}.log", startup_s)
+            log.info("worker server for %s (levels %s) on %s", w.model, ", ".join(w.levels), w.base_url)
+        path = work_dir / "pool.yaml"
+        path.write_text(yaml.safe_dump(served_config(cfg, workers), sort_keys=False), encoding="utf-8")
+        yield path
+    finally:
+        for proc in procs:
+            stop(proc)
+        for fh in logs:
+            fh.close()

@@ -1,0 +1,45 @@
+"""`lemon serve` as a user runs it: it prints where each model is served and the served pool file, the
+servers answer, and Ctrl-C stops them (exit 0: stopping is what Ctrl-C is for here)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lemon.llm.pools import read_pool_config
+from lemon.llm.serve import _answers
+from tests.llm.servers import free_port
+
+pytestmark = [pytest.mark.server, pytest.mark.models]
+
+
+def test_serve_until_ctrl_c(tmp_path: Path, _isolated_home: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "LEMON_HOME": str(_isolated_home), "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "lemon.cli.main", "serve", "--pool", "tiny", "--port", str(port),
+                             "--out", str(tmp_path / "served"), "--threads", "1"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        lines = []
+        deadline = time.monotonic() + 240
+        while not any(line.startswith("served pool:") for line in lines) and time.monotonic() < deadline:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            if not line and proc.poll() is not None:
+                break
+            lines.append(line)
+        assert any(f"small, medium, large: smollm2-135m on http://127.0.0.1:{port}/v1" in x for x in lines), lines
+        pool_file = tmp_path / "served" / "pool.yaml"
+        assert read_pool_config(str(pool_file)).levels[0].base_url == f"http://127.0.0.1:{port}/v1"
+        assert _answers(f"http://127.0.0.1:{port}/v1")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()  # type: ignore[union-attr]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not _answers(f"http://127.0.0.1:{port}/v1")
