@@ -40,7 +40,8 @@ def test_an_unknown_value_is_one_line_listing_the_valid_ones(value: str) -> None
 
 
 def test_only_a_trained_policy_has_an_identity_beyond_its_name(tmp_path: Path) -> None:
-    assert all(resolve_method(v).identity() is None for v in (*BASELINES, "template", "prompted"))
+    assert all(resolve_method(v).identity() is None for v in (*BASELINES, "prompted"))
+    assert str(resolve_method("template").identity()).startswith("teams:")  # a new team is a new run
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_bytes(b"w")
     assert isinstance(resolve_method(f"trained:{tmp_path}"), Trained)

@@ -18,10 +18,11 @@ POOL = ("name: scripted\nlevels:\n  - {name: small, backend: scripted, model: s}
 
 @pytest.fixture
 def run_trace(tmp_path: Path, _isolated_home: Path) -> Path:
-    """The trace of a real `lemon run` (template orchestration: a vote of three) on a scripted pool file."""
+    """The trace of a real `lemon run` (template orchestration: five voters that stop once two agree) on a
+    scripted pool file (its reply to this task holds a number, so an answer is extracted)."""
     pool = tmp_path / "pool.yaml"
     pool.write_text(POOL)
-    proc = lemon("run", "What is 2 + 3?", "--pool", str(pool), home=_isolated_home)
+    proc = lemon("run", "What is 2 + 4?", "--pool", str(pool), home=_isolated_home)
     assert proc.returncode == 0, proc.stderr
     (path,) = (_isolated_home / "runs").glob("trace-*.json")
     assert f"trace: {path}" in " ".join(proc.stdout.split())
@@ -36,13 +37,13 @@ def test_trace_reads_a_run_trace_by_id_and_by_file(run_trace: Path, _isolated_ho
     shown = lemon("trace", _id(run_trace)[:8], home=_isolated_home)
     assert shown.returncode == 0, shown.stderr
     text = " ".join(shown.stdout.split())
-    assert f"run {_id(run_trace)}" in text and "What is 2 + 3?" in text and "solver_2" in text
+    assert f"run {_id(run_trace)}" in text and "What is 2 + 4?" in text and "solver_2" in text
     payload = json_out(lemon("trace", str(run_trace), "--json", home=_isolated_home))
     assert isinstance(payload, dict)
     assert payload["run"]["run_id"] == _id(run_trace) and payload["run"]["method"] == "template"
     assert payload["item"]["gold"] is None and payload["item"]["status"] == "ok"
-    assert [a["name"] for a in payload["agents"]] == ["solver", "solver_2", "solver_3", "vote"]
-    assert payload["trace"]["task"] == "What is 2 + 3?"
+    assert [a["name"] for a in payload["agents"]] == ["solver", "solver_2", "solver_3", "solver_4", "solver_5", "vote"]
+    assert payload["trace"]["task"] == "What is 2 + 4?"
 
 
 def test_view_and_exports_read_a_run_trace(run_trace: Path, tmp_path: Path, _isolated_home: Path) -> None:
@@ -54,11 +55,12 @@ def test_view_and_exports_read_a_run_trace(run_trace: Path, tmp_path: Path, _iso
     table = lemon("export", "csv", str(run_trace), home=_isolated_home)
     assert table.returncode == 0, table.stderr
     (row,) = list(csv.DictReader(io.StringIO(table.stdout)))
-    assert row["run_id"] == _id(run_trace) and row["gold"] == "" and int(row["n_agents"]) == 4
+    # two voters agreed, so three agents ran
+    assert row["run_id"] == _id(run_trace) and row["gold"] == "" and int(row["n_agents"]) == 3
     log_file = tmp_path / "run.eval"
     assert lemon("export", "inspect", _id(run_trace), str(log_file), home=_isolated_home).returncode == 0
     log = read_eval_log(str(log_file))
-    assert log.samples is not None and len(log.samples) == 1 and "What is 2 + 3?" in str(log.samples[0].input)
+    assert log.samples is not None and len(log.samples) == 1 and "What is 2 + 4?" in str(log.samples[0].input)
     spans_file = tmp_path / "spans.jsonl"
     proc = lemon("export", "otel", _id(run_trace), "--file", str(spans_file), home=_isolated_home)
     assert proc.returncode == 0, proc.stderr
@@ -69,11 +71,11 @@ def test_view_and_exports_read_a_run_trace(run_trace: Path, tmp_path: Path, _iso
 
 
 def test_explain_replays_a_run_trace(run_trace: Path, _isolated_home: Path) -> None:
-    proc = lemon("explain", _id(run_trace), "--json", "--gold", "5", home=_isolated_home)
+    proc = lemon("explain", _id(run_trace), "--json", "--gold", "6", home=_isolated_home)
     att = json_out(proc)
     assert isinstance(att, dict)
-    assert att["run_id"] == _id(run_trace) and att["task"] == "What is 2 + 3?"
-    assert att["original"]["gold"] == "5" and att["original"]["prediction"] is not None
+    assert att["run_id"] == _id(run_trace) and att["task"] == "What is 2 + 4?"
+    assert att["original"]["gold"] == "6" and att["original"]["prediction"] is not None
     ran = [e for e in att["edits"] if e["status"] == "ran"]
     assert ran and all(e["correct"] is not None for e in ran)
     assert "edit(s) to run" in proc.stderr

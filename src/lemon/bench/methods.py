@@ -160,7 +160,12 @@ class Template:
     name: str = "template"
 
     def identity(self) -> str | None:
-        return None
+        """The teams' data file: a run written by one team is never resumed by another (the number team became
+        a stop-rule vote on 2026-11-24, and the template's run id did not move)."""
+        from importlib import resources
+
+        data = (resources.files("lemon.orchestrator") / "prompts" / "teams.yaml").read_bytes()
+        return "teams:" + hashlib.sha256(data).hexdigest()[:16]
 
     def bind(self, env: MethodEnv) -> SpecWriter:
         from lemon.orchestrator.template import TemplateOrchestrator
