@@ -59,6 +59,6 @@ def test_a_team_of_the_data_file_may_carry_a_stop_rule(monkeypatch: pytest.Monke
     voters = [{"name": f"v{i}", "role": "math_solver", "capacity": "strongest"} for i in range(3)]
     team = {"agents": [*voters, {"name": "vote", "role": "majority_vote", "capacity": "strongest",
                                  "depends_on": ["v0", "v1", "v2"], "stop": {"agree": 2}}], "output": "vote"}
-    monkeypatch.setattr(template, "_teams", lambda: {"number": team})
+    monkeypatch.setattr(template, "teams_data", lambda: {"number": team})
     spec = template.team_spec("number", RoleLibrary.load(), ("small", "medium", "large"))
     assert spec.agent("vote").stop == StopRule(agree=2) and spec.agent("v2").capacity == "large"

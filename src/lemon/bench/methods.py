@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -160,11 +161,11 @@ class Template:
     name: str = "template"
 
     def identity(self) -> str | None:
-        """The teams' data file: a run written by one team is never resumed by another (the number team became
-        a stop-rule vote on 2026-11-24, and the template's run id did not move)."""
-        from importlib import resources
+        """The teams themselves (not the comments of their data file): a run written by one team is never
+        resumed by another (the number team became a stop-rule vote on 2026-11-24; the run id did not move)."""
+        from lemon.orchestrator.template import teams_data
 
-        data = (resources.files("lemon.orchestrator") / "prompts" / "teams.yaml").read_bytes()
+        data = json.dumps(teams_data(), sort_keys=True, separators=(",", ":")).encode()
         return "teams:" + hashlib.sha256(data).hexdigest()[:16]
 
     def bind(self, env: MethodEnv) -> SpecWriter:

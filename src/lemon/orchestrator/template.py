@@ -43,9 +43,11 @@ def task_kind(task: str) -> Kind:
 
 
 @cache
-def _teams() -> dict[str, Any]:
+def teams_data() -> dict[str, Any]:
+    """The teams of `prompts/teams.yaml`, as data (what a template run's identity hashes)."""
     text = (resources.files("lemon.orchestrator") / "prompts" / "teams.yaml").read_text("utf-8")
     return load_yaml(text)
+
 
 
 def resolve_capacity(relative: str, levels: Sequence[str]) -> str:
@@ -59,7 +61,7 @@ def resolve_capacity(relative: str, levels: Sequence[str]) -> str:
 
 def team_spec(kind: Kind, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
     """The validated team for `kind` on a pool with `levels` (weakest first)."""
-    data = _teams()[kind]
+    data = teams_data()[kind]
     agents = tuple(Agent(name=a["name"], role=a["role"], duty=a.get("duty", ""),
                          capacity=resolve_capacity(a["capacity"], levels),
                          depends_on=tuple(a.get("depends_on", ())), stop=a.get("stop"))
