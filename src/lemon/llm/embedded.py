@@ -69,14 +69,7 @@ class EmbeddedBackend:
         return f"embedded:{self._model}"
 
     def _path(self) -> Path:
-        if self._model.endswith(".gguf"):
-            path = Path(self._model).expanduser()
-            if not path.is_file():
-                raise ModelFileError(f"model file {path} does not exist; fix the pool's `model:` path")
-            if self._sha256:
-                verify_sha256(path, self._sha256, f"model file {path.name}")
-            return path
-        return ensure_model(self._model)
+        return verified_model_file(self._model, self._sha256)
 
     def _load(self) -> Any:
         if self._llama is None:
@@ -136,3 +129,16 @@ class EmbeddedBackend:
         if self._llama is not None:
             self._llama.close()
             self._llama = None
+
+
+def verified_model_file(model: str, sha256: str | None) -> Path:
+    """The verified GGUF of an embedded level: a pinned model id (assembled and checked), or a .gguf path
+    checked against its sha256 when one is given. In process or served (`serve.py`), the same file."""
+    if not model.endswith(".gguf"):
+        return ensure_model(model)
+    path = Path(model).expanduser()
+    if not path.is_file():
+        raise ModelFileError(f"model file {path} does not exist; fix the pool's `model:` path")
+    if sha256:
+        verify_sha256(path, sha256, f"model file {path.name}")
+    return path

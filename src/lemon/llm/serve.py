@@ -35,8 +35,7 @@ from typing import IO, Any
 import yaml
 
 from lemon.errors import BackendError, ConfigError
-from lemon.llm.embedded import gpu_layers_from_env, threads_from_env
-from lemon.llm.models import ensure_model, verify_sha256
+from lemon.llm.embedded import gpu_layers_from_env, threads_from_env, verified_model_file
 from lemon.llm.pools import LevelConfig, PoolConfig, read_pool_config
 
 log = logging.getLogger(__name__)
@@ -66,14 +65,7 @@ class Worker:
 
 def model_file(lv: LevelConfig) -> Path:
     """The verified GGUF of an embedded level (a pinned id, or a .gguf path checked against its sha256)."""
-    if not lv.model.endswith(".gguf"):
-        return ensure_model(lv.model)
-    path = Path(lv.model).expanduser()
-    if not path.is_file():
-        raise ConfigError(f"model file {path} does not exist; fix the pool's `model:` path")
-    if lv.sha256:
-        verify_sha256(path, lv.sha256, f"model file {path.name}")
-    return path
+    return verified_model_file(lv.model, lv.sha256)
 
 
 def plan_workers(cfg: PoolConfig, port: int = DEFAULT_PORT) -> list[Worker]:
