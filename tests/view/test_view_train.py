@@ -64,24 +64,24 @@ def test_a_task_drawn_twice_in_one_step_is_two_groups() -> None:
     assert [[x["adv"] for x in g["samples"]] for g in block["groups"]] == [[0.5, -0.5], [0.0, 0.0]]
 
 
-def test_edit_descriptions_per_family() -> None:
+def test_edit_descriptions_come_from_the_run_or_from_the_stored_field() -> None:
+    """A run stores each edit in its family's words (`edit`), which the viewer shows as is; an older run
+    without them shows the field with its value before and after, read from the stored span, whatever the family
+    (no per-family wording in the viewer)."""
     text = 'agents:\n  - name: solver\n    role: math_solver\n    duty: "Solve."\n    capacity: large\n'
     duty, cap = text.index("Solve."), text.index("large")
     rows = [{"step": 1, "task_id": "t", "sample": k, "completion": text, "reward": 0.0, "cf": cf}
             for k, cf in enumerate([
                 {"family": "role", "field": {"kind": "duty", "agent": "solver"}, "delta": 1.0,
-                 "span": [duty, duty + 6]},
+                 "span": [duty, duty + 6], "edit": "revert duty of solver to base role math_solver"},
                 {"family": "capacity", "field": {"kind": "capacity", "agent": "solver"}, "delta": 0.5,
-                 "span": [cap, cap + 5]},
-                {"family": "level", "field": {"kind": "capacity", "agent": "solver"}, "delta": 0.5,
-                 "span": [cap, cap + 5]},
+                 "span": [cap, cap + 5], "edited_value": "medium"},
                 {"family": "edge", "field": {"kind": "edge", "agent": "checker", "parent": "solver"}, "delta": 0.0,
                  "span": [0, 1]}])]
     edits = [x["cf"]["edit"] for x in step_block(1, rows, cf_weight=0.5)["groups"][0]["samples"]]
-    assert edits == ["revert the duty of solver to its base role math_solver",
-                     "capacity of solver: large \u2192 one level lower",
-                     "capacity of solver: large \u2192 another level (the target is not stored)",
-                     "delete edge checker \u2190 solver: checker no longer reads solver"]
+    assert edits == ["revert duty of solver to base role math_solver",
+                     "capacity: capacity of solver: large \u2192 medium",
+                     "edge: edge of checker \u2190 solver: a \u2192 (none)"]
 
 
 def test_at_most_max_steps_are_embedded_first_and_last_always(run_dir: Path) -> None:

@@ -27,7 +27,7 @@ from lemon.errors import LemonError, SpecError
 from lemon.llm.base import GenParams, request_key
 from lemon.llm.pool import Pool
 from lemon.runtime import Budget, Executor, NodeCache, NodeOutput, RunResult, required_agents
-from lemon.runtime.rerun import rerun_agents, rerun_tokens
+from lemon.runtime.rerun import rerun_plan
 from lemon.spec.edits import FIELD_FAMILIES, applicable_edits, apply_edit, describe_edit
 from lemon.spec.model import Spec
 from lemon.spec.render import FieldRef
@@ -117,9 +117,8 @@ def plan_edits(spec: Spec, pool: Pool, roles: RoleLibrary, tokens: dict[str, Any
                                 status="invalid", note=str(exc))
                 out.append(e)
                 continue
-            affected = rerun_agents(spec, ref, edited, pool, roles, tokens)
-            cost = rerun_tokens(affected, tokens)
-            words = describe_edit(apply_edit(spec, ref, levels), spec)
+            affected, cost = rerun_plan(spec, ref, edited, pool, roles, tokens)
+            words = describe_edit(apply_edit(spec, ref, levels))
             e = EditOutcome(family, ref.kind, ref.agent, ref.parent, words, affected, cost)
             if not affected:
                 e.note = "both levels are served by the same model: the request does not change"

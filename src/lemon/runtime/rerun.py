@@ -2,10 +2,10 @@
 (`train.rollout`) and `lemon explain`'s plan (`bench.explain`), which used to compute it twice.
 
 Everything else of an edited spec is a node-cache hit: an edit changes the request of its own agent and,
-through its output, of every descendant the edited spec still runs. Two exceptions: a capacity edit between
-two levels served by the same model changes no request at all; and removing or loosening a stop rule may
-start parents the original rule left unrun (none of them was run, so each is priced as the mean parent that
-ran)."""
+through its output, of every descendant the edited spec still runs. Two exceptions: an edit that changes no
+request (its family says so: a capacity move between two levels one model serves); and removing or
+loosening a stop rule may start parents the original rule left unrun (none of them was run, so each is
+priced as the mean parent that ran)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 
 from lemon.llm.pool import Pool
 from lemon.runtime.executor import required_agents
+from lemon.spec.edits import changes_request
 from lemon.spec.model import Spec
 from lemon.spec.render import FieldRef
 from lemon.spec.roles import RoleLibrary
@@ -25,10 +26,8 @@ def rerun_agents(spec: Spec, ref: FieldRef, edited: Spec, pool: Pool, roles: Rol
     upper bound: one whose inputs come out the same is a cache hit). `ran` are the agents the original run ran:
     when a changed agent carries a stop rule (the rule edited, or anything upstream of it), the parents it did
     not run may run now, with their own unrun ancestors."""
-    if ref.kind == "capacity":
-        old, new = spec.agent(ref.agent).capacity, edited.agent(ref.agent).capacity
-        if pool.backend(old).model_id == pool.backend(new).model_id:
-            return []
+    if not changes_request(spec, edited, ref, lambda level: pool.backend(level).model_id):
+        return []
     changed = {ref.agent} | edited.descendants(ref.agent)
     changed |= _unrun_behind_rules(spec, edited, changed, set(ran))
     live = required_agents(edited)
@@ -42,6 +41,14 @@ def rerun_tokens(agents: list[str], tokens: Mapping[str, Mapping[str, Any]]) -> 
     calls = [n for n in per_agent.values() if n]
     mean = round(sum(calls) / len(calls)) if calls else 0
     return sum(per_agent.get(a, mean) for a in agents)
+
+
+def rerun_plan(spec: Spec, ref: FieldRef, edited: Spec, pool: Pool, roles: RoleLibrary,
+               tokens: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], int]:
+    """The agents a re-run of `edited` recomputes and its worker tokens, priced from one original run's
+    per-agent `tokens` (the agents it ran are its keys)."""
+    agents = rerun_agents(spec, ref, edited, pool, roles, tokens)
+    return agents, rerun_tokens(agents, tokens)
 
 
 def _unrun_behind_rules(spec: Spec, edited: Spec, changed: set[str], ran: set[str]) -> set[str]:

@@ -16,13 +16,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lemon.errors import ConfigError
+from lemon.spec.edits import ALL_FAMILIES
 from lemon.spec.model import MAX_AGENTS
 from lemon.yamlfile import load_yaml
 
 logger = logging.getLogger(__name__)
 
 #: The single-field edit families: the method's m_E, m_R, m_L, and `level` (ours; see lemon.spec.edits).
-FAMILIES: tuple[str, ...] = ("edge", "role", "capacity", "level", "stop")
+FAMILIES: tuple[str, ...] = ALL_FAMILIES  # the registry of lemon.spec.edits: a new family file joins it
 #: The families a run edits unless configured otherwise (see configs/default.yaml for why `level`).
 DEFAULT_FAMILIES: tuple[str, ...] = ("edge", "role", "level")
 # A DAG over MAX_AGENTS nodes has at most n(n-1)/2 edges: the worst-case structure cost uses it.

@@ -489,7 +489,8 @@ def sample_rows(step: int, groups: Sequence[GroupResult]) -> list[dict[str, Any]
         for k, s in enumerate(g.samples):
             cf = None if s.cf is None else {"family": s.cf.family, "field": asdict(s.cf.field),
                                             "delta": s.cf.delta, "span": [s.cf.char_start, s.cf.char_end],
-                                            "edited_value": s.cf.edited_value, "room": s.cf.room}
+                                            "edited_value": s.cf.edited_value, "room": s.cf.room,
+                                            "edit": s.cf.words}
             rows.append({"step": step, "task_id": g.task_id, "sample": k, "completion": s.completion,
                          "valid": s.valid, "error": s.error, "reward": s.total_reward, "success": s.success,
                          "tokens": s.total_tokens, "cf": cf, "cf_skip": s.cf_skip})

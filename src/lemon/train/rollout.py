@@ -39,10 +39,10 @@ from lemon.llm.models import parameters_b
 from lemon.orchestrator.policy_prompt import strict_spec
 from lemon.runtime import Executor, NodeCache, RunResult
 from lemon.runtime.executor import derive_seed, required_agents
-from lemon.runtime.rerun import rerun_agents, rerun_tokens
-from lemon.spec.edits import Edit, applicable_edits, draw_edit, field_value
+from lemon.runtime.rerun import rerun_plan
+from lemon.spec.edits import applicable_edits, describe_edit, draw_edit, field_value
 from lemon.spec.model import Spec
-from lemon.spec.render import FieldRef, render_spec
+from lemon.spec.render import FieldRef, RenderedSpec, render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
 from lemon.train.config import RewardConfig
@@ -118,6 +118,7 @@ class Counterfactual:
     calls: int
     edited_value: str = ""  # the field's value in the edited spec ("" for a reverted duty or a deleted edge)
     room: float = 1.0       # 1 - the share of the group's valid specs holding the same value in this field
+    words: str = ""         # the edit in words (its family's `describe`)
 
 
 @dataclass
@@ -137,6 +138,7 @@ class Sample:
     spent_tokens: int = 0                  # computed in this rollout (all worker seeds)
     cache_hits: int = 0
     calls: int = 0
+    rendered: RenderedSpec | None = None   # the canonical text of `parsed` and its field spans, rendered once
     canonical_at: int | None = None        # where the canonical text starts in the completion, if it does
     cf: Counterfactual | None = None
     cf_skip: str | None = None             # why no counterfactual was run for a valid spec
@@ -182,6 +184,7 @@ class PlannedEdit:
     char_start: int            # the field's span in the ORIGINAL completion
     char_end: int
     room: float = 1.0          # `field_room` of the edited field in its group
+    words: str = ""            # the edit in words
 
 
 @dataclass
@@ -205,9 +208,9 @@ def worker_seeds(seed: int, samples: int) -> tuple[int, ...]:
     return (seed, *tuple(derive_seed(seed, f"worker-sample-{k}") for k in range(1, samples)))
 
 
-def _spans_in_completion(parsed: Spec, completion: str) -> int | None:
-    """Offset of the canonical text of `parsed` inside the completion, or None if it was written otherwise."""
-    idx = completion.find(render_spec(parsed).text)
+def _spans_in_completion(rendered: RenderedSpec, completion: str) -> int | None:
+    """Offset of the canonical text inside the completion, or None if it was written otherwise."""
+    idx = completion.find(rendered.text)
     return idx if idx >= 0 else None
 
 
@@ -215,14 +218,6 @@ def live_fields(spec: Spec, refs: Sequence[FieldRef]) -> list[FieldRef]:
     """The fields whose agent reaches the output (for an edge, its child; the parent then does too)."""
     live = required_agents(spec)
     return [r for r in refs if r.agent in live]
-
-
-def estimate_rerun_tokens(spec: Spec, ref: FieldRef, edited: Spec, original: RunResult,
-                          executor: Executor) -> int:
-    """Worker tokens a re-run of `edited` will compute (`runtime.rerun`: the agents the edit invalidates, at
-    their tokens in `original`)."""
-    tokens = original.tokens_by_agent
-    return rerun_tokens(rerun_agents(spec, ref, edited, executor.pool, executor.roles, tokens), tokens)
 
 
 async def _execute(executor: Executor, spec: Spec, state: GroupState) -> tuple[list[RunResult], list[bool]]:
@@ -283,8 +278,9 @@ def _read_completions(completions: Sequence[str], roles: RoleLibrary, levels: Se
             spec = settings.ablation.apply(res.spec, roles, levels)
         except SpecError as exc:  # cannot happen for a valid spec; kept loud rather than silent
             raise SpecError(f"ablation produced an invalid spec: {exc}") from None
-        samples.append(Sample(completion=text, valid=True, spec=spec, parsed=res.parsed,
-                              canonical_at=_spans_in_completion(res.parsed, text)))
+        rendered = render_spec(res.parsed)
+        samples.append(Sample(completion=text, valid=True, spec=spec, parsed=res.parsed, rendered=rendered,
+                              canonical_at=_spans_in_completion(rendered, text)))
     return samples
 
 
@@ -315,8 +311,8 @@ def _edit_options(s: Sample, allowed: Sequence[str], levels: Sequence[str],
     """Per family, the fields of the executed spec that have a span in the completion, reach the output and
     change a request: the capacity of an agent that calls no model (a majority vote) changes nothing, and
     its Δ of exactly 0 would teach the family sampler that capacity edits do not matter."""
-    assert s.spec is not None and s.parsed is not None
-    spans = render_spec(s.parsed).spans
+    assert s.spec is not None and s.rendered is not None
+    spans = s.rendered.spans
     spec = s.spec
     inert = {a.name for a in spec.agents if roles[a.role].kind == "vote"}
     options = {f: [r for r in live_fields(spec, applicable_edits(spec, f, levels))  # type: ignore[arg-type]
@@ -329,11 +325,6 @@ def field_room(spec: Spec, ref: FieldRef, group: Sequence[Spec]) -> float:
     in `ref`: a Monte-Carlo estimate of how far the policy still is from choosing it with certainty."""
     value = field_value(spec, ref)
     return 1.0 - sum(field_value(other, ref) == value for other in group) / len(group) if group else 1.0
-
-
-def _edit(spec: Spec, family: str, ref: FieldRef, levels: Sequence[str], rng: random.Random) -> Edit:
-    """The edit of `family` on field `ref` (`level` and `stop` draw their variant with `rng`)."""
-    return draw_edit(spec, family, ref, levels, rng)
 
 
 def plan_counterfactuals(state: GroupState, executor: Executor, *, roles: RoleLibrary,
@@ -353,7 +344,7 @@ def plan_counterfactuals(state: GroupState, executor: Executor, *, roles: RoleLi
     rng.shuffle(order)
     for i in order:
         s = samples[i]
-        assert s.spec is not None and s.parsed is not None
+        assert s.spec is not None and s.rendered is not None
         if s.canonical_at is None:
             s.cf_skip = "not canonical"
             continue
@@ -364,18 +355,21 @@ def plan_counterfactuals(state: GroupState, executor: Executor, *, roles: RoleLi
         family = sampler.sample(options)
         ref = rng.choice(options[family])
         try:
-            edited = validate_spec(_edit(s.spec, family, ref, levels, rng).spec, roles, levels)
+            edit = draw_edit(s.spec, family, ref, levels, rng)  # `level` and `stop` draw their variant
+            edited = validate_spec(edit.spec, roles, levels)
         except SpecError as exc:  # e.g. a vote agent losing its last parent
             s.cf_skip = f"edit invalid: {exc}"
             continue
-        cost = sum(estimate_rerun_tokens(s.spec, ref, edited, run, executor) for run in state.runs[i])
+        cost = sum(rerun_plan(s.spec, ref, edited, executor.pool, executor.roles, run.tokens_by_agent)[1]
+                   for run in state.runs[i])
         if budget is not None and used + cost > budget:
             s.cf_skip = "over budget"
             continue
         used += cost
-        span = render_spec(s.parsed).spans[ref]
+        span = s.rendered.spans[ref]  # the field in the completion as written, not in the executed spec
         state.plans.append(PlannedEdit(i, family, ref, edited, cost, s.canonical_at + span.start,
-                                       s.canonical_at + span.end, field_room(s.spec, ref, group)))
+                                       s.canonical_at + span.end, field_room(s.spec, ref, group),
+                                       describe_edit(edit)))
     return state.plans
 
 
@@ -392,7 +386,8 @@ async def run_counterfactuals(state: GroupState, executor: Executor,
                               char_end=plan.char_end, delta=delta, edited_reward=edited_reward.total,
                               spent_tokens=sum(r.spent_tokens for r in runs), estimated_tokens=plan.estimated_tokens,
                               cache_hits=sum(r.cache_hits for r in runs), calls=sum(r.calls for r in runs),
-                              edited_value=field_value(plan.edited, plan.field) or "", room=plan.room)
+                              edited_value=field_value(plan.edited, plan.field) or "", room=plan.room,
+                              words=plan.words)
         deltas.append((plan, delta))
     return deltas
 

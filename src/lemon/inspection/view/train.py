@@ -19,7 +19,6 @@ always), so the page stays a few MB.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -60,20 +59,14 @@ def _groups(rows: Sequence[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 
 
 def _edit_text(cf: dict[str, Any], completion: str) -> str:
-    """The edit in words; a capacity edit names its new level when the run stored it (`edited_value`)."""
+    """The edit in words: as its family described it when the run stored that (`edit`); for an older run, the
+    field and its value before and after, read from the stored span and `edited_value`."""
+    if cf.get("edit"):
+        return str(cf["edit"])
     f = cf.get("field") or {}
-    kind, agent, parent = f.get("kind"), f.get("agent", "?"), f.get("parent")
     start, end = (cf.get("span") or [0, 0])[:2]
-    old = completion[start:end]
-    if kind == "edge":
-        return f"delete edge {agent} \u2190 {parent}: {agent} no longer reads {parent}"
-    if kind == "duty":
-        m = re.search(rf"name: {re.escape(str(agent))}\n\s*role: (\S+)", completion)
-        return f"revert the duty of {agent} to its base role {m.group(1) if m else '(its role)'}"
-    if kind == "capacity":
-        rule = "one level lower" if cf.get("family") == "capacity" else "another level (the target is not stored)"
-        return f"capacity of {agent}: {old or '?'} \u2192 {cf.get('edited_value') or rule}"
-    return f"{kind} of {agent}"
+    where = f"{f.get('kind')} of {f.get('agent', '?')}" + (f" \u2190 {f['parent']}" if f.get("parent") else "")
+    return f"{cf.get('family')}: {where}: {completion[start:end] or '?'} \u2192 {cf.get('edited_value') or '(none)'}"
 
 
 def _sample_json(r: dict[str, Any], advantage: float, cf_weight: float) -> dict[str, Any]:

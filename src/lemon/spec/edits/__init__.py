@@ -6,36 +6,54 @@
 - `level` (ours): move one agent to ANOTHER level of the pool, the target drawn uniformly (see capacity.py);
 - `stop` (ours): remove a voter's stop rule, or move it one notch (see stop.py).
 
-Each edit changes exactly ONE field and returns the edited spec plus the span of that field in the ORIGINAL
-canonical text: that span is where the reward contrast r(original) - r(edited) is credited. A new family is
-one file plus one entry in `_TABLE`; every caller (the trainer's rollout, `lemon explain`, the token
-windows of the pairwise credit) goes through the functions below, never through the field kinds.
+Each edit changes exactly ONE field and returns the edited spec plus the span of that field in the
+ORIGINAL canonical text: that span is where the reward contrast r(original) - r(edited) is credited. A new family is
+one file (exposing `FAMILIES`) plus one line in `_FILES`; every caller (the trainer's rollout, `lemon explain`,
+the token windows of the pairwise credit, the re-run planner, the viewer) goes through the functions below,
+never through the field kinds.
 """
 
 from __future__ import annotations
 
+import importlib
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from lemon.errors import SpecError
 from lemon.spec.edits.base import Edit, EditFamily, Family
-from lemon.spec.edits.capacity import CapacityFamily, LevelFamily, change_capacity, lower_capacity
-from lemon.spec.edits.edge import EdgeFamily, delete_edge
-from lemon.spec.edits.role import RoleFamily, revert_duty
-from lemon.spec.edits.stop import StopFamily, remove_stop, stop_variants
+from lemon.spec.edits.capacity import change_capacity, lower_capacity
+from lemon.spec.edits.edge import delete_edge
+from lemon.spec.edits.role import revert_duty
+from lemon.spec.edits.stop import remove_stop, stop_variants
 from lemon.spec.model import Spec
-from lemon.spec.render import FieldKind, FieldRef, render_stop
+from lemon.spec.render import FieldKind, FieldRef
 
-_TABLE: dict[str, EditFamily] = {f.name: f for f in (EdgeFamily(), RoleFamily(), CapacityFamily(), LevelFamily(),
-                                                     StopFamily())}
+#: The family files, one a line, in the order their families are listed. The first family of a field kind is
+#: that kind's deterministic operator (what `lemon explain` enumerates).
+_FILES = (
+    "edge",
+    "role",
+    "capacity",
+    "stop",
+)
+
+
+def _load(files: Sequence[str]) -> dict[str, EditFamily]:
+    """The registry: every family of every file, by name (built once, at import)."""
+    found = [f for name in files for f in importlib.import_module(f"{__name__}.{name}").FAMILIES]
+    return {f.name: f for f in found}
+
+
+_TABLE = _load(_FILES)
 #: The method's three deterministic operators (m_E, m_R, m_L).
 FAMILIES: tuple[Family, ...] = ("edge", "role", "capacity")
-#: One deterministic operator per kind of field (what `lemon explain` enumerates): the method's three and stop.
-FIELD_FAMILIES: tuple[Family, ...] = (*FAMILIES, "stop")
 #: Every family a trainer may draw from.
-ALL_FAMILIES: tuple[Family, ...] = ("edge", "role", "capacity", "level", "stop")
-#: The family whose deterministic operator edits each kind of field.
-_OWNER: dict[FieldKind, str] = {"edge": "edge", "duty": "role", "capacity": "capacity", "stop": "stop"}
+ALL_FAMILIES: tuple[Family, ...] = tuple(_TABLE)
+#: The family whose deterministic operator edits each kind of field (the first registered of that kind).
+_OWNER: dict[FieldKind, EditFamily] = {k: next(f for f in _TABLE.values() if f.kind == k)
+                                       for k in dict.fromkeys(f.kind for f in _TABLE.values())}
+#: One deterministic operator per kind of field: the method's three and stop.
+FIELD_FAMILIES: tuple[Family, ...] = tuple(f.name for f in _OWNER.values())
 
 
 def family(name: str) -> EditFamily:
@@ -46,6 +64,14 @@ def family(name: str) -> EditFamily:
         raise SpecError(f"unknown edit family {name!r}; expected one of {', '.join(ALL_FAMILIES)}") from None
 
 
+def owner(kind: str) -> EditFamily:
+    """The family whose deterministic operator edits fields of `kind`."""
+    try:
+        return _OWNER[kind]  # type: ignore[index]
+    except KeyError:
+        raise SpecError(f"a field of kind {kind!r} has no counterfactual edit") from None
+
+
 def applicable_edits(spec: Spec, family_name: str, levels: Sequence[str]) -> list[FieldRef]:
     """Every field where `family_name` applies, in spec order."""
     return family(family_name).fields(spec, levels)
@@ -53,10 +79,7 @@ def applicable_edits(spec: Spec, family_name: str, levels: Sequence[str]) -> lis
 
 def apply_edit(spec: Spec, ref: FieldRef, levels: Sequence[str]) -> Edit:
     """The deterministic edit of the family that owns field `ref`."""
-    owner = _OWNER.get(ref.kind)
-    if owner is None or (ref.kind == "edge" and ref.parent is None):
-        raise SpecError(f"field {ref} has no counterfactual edit")
-    return _TABLE[owner].apply(spec, ref, levels)
+    return owner(ref.kind).apply(spec, ref, levels)
 
 
 def draw_edit(spec: Spec, family_name: str, ref: FieldRef, levels: Sequence[str], rng: random.Random) -> Edit:
@@ -64,9 +87,9 @@ def draw_edit(spec: Spec, family_name: str, ref: FieldRef, levels: Sequence[str]
     return family(family_name).apply(spec, ref, levels, rng)
 
 
-def describe_edit(edit: Edit, original: Spec) -> str:
-    """The edit in words."""
-    return family(edit.family).describe(original, edit.spec, edit.field)
+def describe_edit(edit: Edit, original: Spec | None = None) -> str:
+    """The edit in words (`original` defaults to the spec the edit was made from)."""
+    return family(edit.family).describe(original or edit.original, edit.spec, edit.field)
 
 
 def field_value(spec: Spec, ref: FieldRef) -> str | None:
@@ -74,30 +97,20 @@ def field_value(spec: Spec, ref: FieldRef) -> str | None:
     the edge or the rule is absent."""
     if ref.agent not in spec.names:
         return None
-    agent = spec.agent(ref.agent)
-    values: dict[FieldKind, str | None] = {
-        "capacity": agent.capacity, "duty": agent.duty, "role": agent.role,
-        "edge": "edge" if ref.parent in agent.depends_on else None,
-        "stop": render_stop(agent.stop) if agent.stop is not None else None}
-    return values[ref.kind]
+    return owner(ref.kind).value(spec.agent(ref.agent), ref)
 
 
 def rewrite_window(text: str, start: int, end: int, kind: str, replacement: str) -> tuple[int, int, str]:
-    """The characters an edit rewrites in the canonical text, and what it writes there, so the edited text is
-    what the canonical rendering of the edited spec reads: a deleted edge takes its ", " separator with it
-    (`[a, b]` minus b is `[a]`), a removed stop rule its whole `stop:` line; anything else is in place."""
-    if kind == "edge":
-        if text[max(0, start - 2):start] == ", ":
-            return start - 2, end, ""
-        if text[end:end + 2] == ", ":
-            return start, end + 2, ""
-        return start, end, ""
-    if kind == "stop" and not replacement:
-        line = text.rfind("\n", 0, start) + 1
-        return line, end + (text[end:end + 1] == "\n"), ""
-    return start, end, replacement
+    """The characters an edit of a `kind` field rewrites in the canonical text, and what it writes there, so the
+    edited text is what the canonical rendering of the edited spec reads (each family's own rule)."""
+    return owner(kind).rewrite(text, start, end, replacement)
+
+
+def changes_request(spec: Spec, edited: Spec, ref: FieldRef, model_of: Callable[[str], str]) -> bool:
+    """Whether the edit of `ref` changes its own agent's request (see `EditFamily.changes_request`)."""
+    return owner(ref.kind).changes_request(spec, edited, ref, model_of)
 
 
 __all__ = ["ALL_FAMILIES", "FAMILIES", "FIELD_FAMILIES", "Edit", "EditFamily", "Family", "applicable_edits",
-           "apply_edit", "change_capacity", "delete_edge", "describe_edit", "draw_edit", "family", "field_value",
-           "lower_capacity", "remove_stop", "revert_duty", "rewrite_window", "stop_variants"]
+           "apply_edit", "change_capacity", "changes_request", "delete_edge", "describe_edit", "draw_edit", "family",
+           "field_value", "lower_capacity", "owner", "remove_stop", "revert_duty", "rewrite_window", "stop_variants"]

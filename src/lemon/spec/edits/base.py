@@ -2,29 +2,39 @@
 
 A family changes exactly ONE field of a spec and returns the edited spec plus the span of that field in the
 ORIGINAL canonical text: the span is where the reward contrast r(original) - r(edited) is credited. One file
-per family (`edge.py`, `role.py`, `capacity.py`, `stop.py`); the table in `__init__.py` names them.
+per family (`edge.py`, `role.py`, `capacity.py`, `stop.py`); the registry in `__init__.py` names the files.
+The Protocol is the whole contract a caller may use (apply, describe, current value, the text an edit
+rewrites, whether the edited agent's request changes), so no caller branches on field kinds or family names.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Protocol
 
 from lemon.errors import SpecError
 from lemon.spec.model import Agent, Spec
 from lemon.spec.render import FieldKind, FieldRef, Span, render_spec
 
-Family = Literal["edge", "role", "capacity", "level", "stop"]
+#: A family's name (`edge`, `role`, `capacity`, `level`, `stop`, or one a new file registers).
+Family = str
 
 
 @dataclass(frozen=True, slots=True)
 class Edit:
+    """An edited spec and the field it changed; `span` is that field in `original`'s canonical text,
+    rendered only when asked (the trainer carries the rendering of the completion it already has)."""
+
     spec: Spec
     family: Family
     field: FieldRef
-    span: Span
+    original: Spec
+
+    @property
+    def span(self) -> Span:
+        return render_spec(self.original).spans[self.field]
 
 
 class EditFamily(Protocol):
@@ -43,8 +53,32 @@ class EditFamily(Protocol):
         ...
 
     def describe(self, spec: Spec, edited: Spec, ref: FieldRef) -> str:
-        """The edit in words, for `lemon explain` and the viewer."""
+        """The edit in words, for `lemon explain`, the training log and the viewer."""
         ...
+
+    def value(self, agent: Agent, ref: FieldRef) -> str | None:
+        """What `ref` holds in `agent` as the canonical text writes it; None when absent."""
+        ...
+
+    def rewrite(self, text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
+        """The characters the edit rewrites in the canonical text (the field's span is [start, end)) and
+        what it writes there, so the edited text is the canonical rendering of the edited spec."""
+        ...
+
+    def changes_request(self, spec: Spec, edited: Spec, ref: FieldRef, model_of: Callable[[str], str]) -> bool:
+        """Whether the edited agent's own request changes (a re-run then recomputes it and its descendants);
+        `model_of` maps a level to the model serving it."""
+        ...
+
+
+class FieldEdits:
+    """The defaults most families share: an edit rewrites its field in place and changes its agent's request."""
+
+    def rewrite(self, text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
+        return start, end, replacement
+
+    def changes_request(self, spec: Spec, edited: Spec, ref: FieldRef, model_of: Callable[[str], str]) -> bool:
+        return True
 
 
 def agent_of(spec: Spec, name: str) -> Agent:
@@ -60,6 +94,5 @@ def replace_agent(spec: Spec, name: str, **update: object) -> Spec:
 
 
 def make_edit(spec: Spec, family: Family, ref: FieldRef, **update: object) -> Edit:
-    """`ref`'s agent updated, with the field's span in the original canonical text."""
-    span = render_spec(spec).spans[ref]
-    return Edit(replace_agent(spec, ref.agent, **update), family, ref, span)
+    """`ref`'s agent updated; the span is rendered from `spec` only when a caller asks for it."""
+    return Edit(replace_agent(spec, ref.agent, **update), family, ref, spec)

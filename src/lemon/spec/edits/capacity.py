@@ -9,11 +9,11 @@ levels), which ranks the levels correctly (measured with `benchmarks/bench_learn
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from lemon.errors import SpecError
-from lemon.spec.edits.base import Edit, Family, agent_of, make_edit
-from lemon.spec.model import Spec
+from lemon.spec.edits.base import Edit, EditFamily, Family, FieldEdits, agent_of, make_edit
+from lemon.spec.model import Agent, Spec
 from lemon.spec.render import FieldKind, FieldRef
 
 
@@ -40,7 +40,18 @@ def _describe(spec: Spec, edited: Spec, ref: FieldRef, verb: str) -> str:
     return f"{verb} capacity of {ref.agent}: {spec.agent(ref.agent).capacity} -> {edited.agent(ref.agent).capacity}"
 
 
-class CapacityFamily:
+class _Levels(FieldEdits):
+    """What both level families share: the field is the agent's capacity, and a move between two levels one
+    model serves changes no request."""
+
+    def value(self, agent: Agent, ref: FieldRef) -> str | None:
+        return agent.capacity
+
+    def changes_request(self, spec: Spec, edited: Spec, ref: FieldRef, model_of: Callable[[str], str]) -> bool:
+        return model_of(spec.agent(ref.agent).capacity) != model_of(edited.agent(ref.agent).capacity)
+
+
+class CapacityFamily(_Levels):
     name: Family = "capacity"
     kind: FieldKind = "capacity"
 
@@ -55,7 +66,7 @@ class CapacityFamily:
         return _describe(spec, edited, ref, "lower")
 
 
-class LevelFamily:
+class LevelFamily(_Levels):
     name: Family = "level"
     kind: FieldKind = "capacity"
 
@@ -71,3 +82,6 @@ class LevelFamily:
 
     def describe(self, spec: Spec, edited: Spec, ref: FieldRef) -> str:
         return _describe(spec, edited, ref, "change")
+
+
+FAMILIES: tuple[EditFamily, ...] = (CapacityFamily(), LevelFamily())

@@ -6,8 +6,8 @@ import random
 from collections.abc import Sequence
 
 from lemon.errors import SpecError
-from lemon.spec.edits.base import Edit, Family, agent_of, make_edit
-from lemon.spec.model import Spec
+from lemon.spec.edits.base import Edit, EditFamily, Family, FieldEdits, agent_of, make_edit
+from lemon.spec.model import Agent, Spec
 from lemon.spec.render import FieldKind, FieldRef
 
 
@@ -20,7 +20,7 @@ def delete_edge(spec: Spec, child: str, parent: str) -> Edit:
     return make_edit(spec, "edge", FieldRef("edge", child, parent), depends_on=deps)
 
 
-class EdgeFamily:
+class EdgeFamily(FieldEdits):
     name: Family = "edge"
     kind: FieldKind = "edge"
 
@@ -34,3 +34,17 @@ class EdgeFamily:
 
     def describe(self, spec: Spec, edited: Spec, ref: FieldRef) -> str:
         return f"delete edge {ref.parent} -> {ref.agent}"
+
+    def value(self, agent: Agent, ref: FieldRef) -> str | None:
+        return "edge" if ref.parent in agent.depends_on else None
+
+    def rewrite(self, text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
+        """A deleted edge takes its ", " separator with it (`[a, b]` minus b is `[a]`)."""
+        if text[max(0, start - 2):start] == ", ":
+            return start - 2, end, ""
+        if text[end:end + 2] == ", ":
+            return start, end + 2, ""
+        return start, end, ""
+
+
+FAMILIES: tuple[EditFamily, ...] = (EdgeFamily(),)

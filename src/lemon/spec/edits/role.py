@@ -6,8 +6,8 @@ import random
 from collections.abc import Sequence
 
 from lemon.errors import SpecError
-from lemon.spec.edits.base import Edit, Family, agent_of, make_edit
-from lemon.spec.model import Spec
+from lemon.spec.edits.base import Edit, EditFamily, Family, FieldEdits, agent_of, make_edit
+from lemon.spec.model import Agent, Spec
 from lemon.spec.render import FieldKind, FieldRef
 
 
@@ -19,7 +19,7 @@ def revert_duty(spec: Spec, agent: str) -> Edit:
     return make_edit(spec, "role", FieldRef("duty", agent), duty="")
 
 
-class RoleFamily:
+class RoleFamily(FieldEdits):
     name: Family = "role"
     kind: FieldKind = "duty"
 
@@ -31,3 +31,9 @@ class RoleFamily:
 
     def describe(self, spec: Spec, edited: Spec, ref: FieldRef) -> str:
         return f"revert duty of {ref.agent} to base role {spec.agent(ref.agent).role}"
+
+    def value(self, agent: Agent, ref: FieldRef) -> str | None:
+        return agent.duty
+
+
+FAMILIES: tuple[EditFamily, ...] = (RoleFamily(),)

@@ -10,7 +10,7 @@ import random
 from collections.abc import Sequence
 
 from lemon.errors import SpecError
-from lemon.spec.edits.base import Edit, Family, agent_of, make_edit
+from lemon.spec.edits.base import Edit, EditFamily, Family, FieldEdits, agent_of, make_edit
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.render import FieldKind, FieldRef, render_stop
 
@@ -37,7 +37,7 @@ def stop_variants(agent: Agent) -> list[StopRule]:
     return out
 
 
-class StopFamily:
+class StopFamily(FieldEdits):
     name: Family = "stop"
     kind: FieldKind = "stop"
 
@@ -57,3 +57,16 @@ class StopFamily:
         if new is None:
             return f"remove the stop rule of {ref.agent} ({before}): every parent runs"
         return f"change the stop rule of {ref.agent}: {before} -> {render_stop(new)}"
+
+    def value(self, agent: Agent, ref: FieldRef) -> str | None:
+        return render_stop(agent.stop) if agent.stop is not None else None
+
+    def rewrite(self, text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
+        """A removed stop rule takes its whole `stop:` line with it; a changed one is rewritten in place."""
+        if replacement:
+            return start, end, replacement
+        line = text.rfind("\n", 0, start) + 1
+        return line, end + (text[end:end + 1] == "\n"), ""
+
+
+FAMILIES: tuple[EditFamily, ...] = (StopFamily(),)
