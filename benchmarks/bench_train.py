@@ -198,7 +198,7 @@ class P5Setup:
 
 def p5_setup(args: argparse.Namespace) -> P5Setup:
     from lemon.orchestrator.policy_prompt import policy_messages
-    from lemon.train.grpo import task_indices
+    from lemon.train.batch import task_indices
 
     steps = args.p5_steps + 1  # one warm-up step
     _, tasks = load_train_tasks("gsm8k", limit=steps * args.p5_tasks, data_dir=args.data_dir)
@@ -227,9 +227,11 @@ def lemon_trainer(setup: P5Setup, seed: int):  # type: ignore[no-untyped-def]
     import torch
 
     from lemon.train.config import TrainConfig
-    from lemon.train.grpo import Trainer, TrainSettings, worker_executor
+    from lemon.train.grpo import Trainer
     from lemon.train.policy import load_policy
     from lemon.train.policy_handle import HFPolicy, Reference
+    from lemon.train.settings import TrainSettings
+    from lemon.train.workers import worker_executor
 
     class TextRewardTrainer(Trainer):
         async def rollout(self, step, chosen, grouped):  # type: ignore[no-untyped-def]

@@ -17,12 +17,14 @@ from typing import Any
 
 import torch
 
+from lemon.train.batch import StepBatch
 from lemon.train.config import TrainConfig
 from lemon.train.credit import CounterfactualTerm
 from lemon.train.distributed import open_distributed
-from lemon.train.grpo import StepBatch, Trainer, policy_update
+from lemon.train.grpo import Trainer
 from lemon.train.policy_handle import Reference
 from lemon.train.simulate import simulated_trainer
+from lemon.train.update import policy_update
 
 # SGD, so the parameters after a step are linear in the gradient: Adam divides by |g|, which blows the rounding
 # of a near-zero gradient element (summed in another order) up to the size of a whole step.

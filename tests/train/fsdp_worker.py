@@ -17,10 +17,11 @@ import torch
 import torch.distributed as tdist
 
 from lemon.train.distributed import Distributed
-from lemon.train.grpo import Trainer, TrainSettings, effective_config, export_trained
+from lemon.train.grpo import Trainer, export_trained
 from lemon.train.policy_handle import HFPolicy
 from lemon.train.run_dir import RunDir
 from lemon.train.sampler import AdaptiveFamilySampler
+from lemon.train.settings import TrainSettings, effective_config
 
 
 class FSDPStandIn:

@@ -11,11 +11,12 @@ pytestmark = pytest.mark.train
 import torch  # noqa: E402  (the test command installs the train extra: a missing torch fails, never skips)
 import transformers  # noqa: E402
 
+from lemon.train.batch import StepBatch  # noqa: E402
 from lemon.train.config import load_train_config  # noqa: E402
 from lemon.train.credit import CounterfactualTerm  # noqa: E402
 from lemon.train.generation import batch_logprobs, model_device  # noqa: E402
-from lemon.train.grpo import StepBatch, policy_update  # noqa: E402
 from lemon.train.policy import policy_device  # noqa: E402
+from lemon.train.update import policy_update  # noqa: E402
 
 
 def _tiny_policy() -> torch.nn.Module:

@@ -8,7 +8,7 @@ pytestmark = pytest.mark.train
 
 from lemon.spec.render import render_spec  # noqa: E402
 from lemon.spec.roles import RoleLibrary  # noqa: E402
-from lemon.train.grpo import group_worker_seed  # noqa: E402
+from lemon.train.batch import group_worker_seed  # noqa: E402
 from lemon.train.library import library_targets  # noqa: E402
 from lemon.train.sft import SFTSettings, build_examples  # noqa: E402
 from lemon.train.tasks import TrainTask  # noqa: E402

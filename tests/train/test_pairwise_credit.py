@@ -15,6 +15,7 @@ pytestmark = pytest.mark.train
 import torch  # noqa: E402
 
 from lemon.spec.render import FieldRef  # noqa: E402
+from lemon.train.batch import build_batch  # noqa: E402
 from lemon.train.config import CreditConfig, TrainConfig  # noqa: E402
 from lemon.train.credit import (  # noqa: E402
     CounterfactualTerm,
@@ -24,11 +25,11 @@ from lemon.train.credit import (  # noqa: E402
     pairwise_field_loss,
     token_logprobs,
 )
-from lemon.train.grpo import build_batch, policy_update  # noqa: E402
 from lemon.train.reward import RewardBreakdown  # noqa: E402
 from lemon.train.rollout import Counterfactual, GroupResult, Sample  # noqa: E402
 from lemon.train.simulate import SlotPolicy  # noqa: E402
 from lemon.train.token_spans import edit_window, first_divergence  # noqa: E402
+from lemon.train.update import policy_update  # noqa: E402
 
 
 def _logits(p_written: float) -> torch.Tensor:

@@ -157,7 +157,7 @@ async def test_workers_run_at_the_evaluation_temperature() -> None:
     """Review item 3: training rollouts sample workers as `lemon eval` does (0.7, the pool's max_tokens)."""
     from lemon.bench.item import DEFAULT_TEMPERATURE
     from lemon.train.config import TrainConfig
-    from lemon.train.grpo import worker_executor
+    from lemon.train.workers import worker_executor
 
     cfg = TrainConfig()
     assert cfg.workers.temperature == DEFAULT_TEMPERATURE

@@ -13,19 +13,15 @@ import torch  # noqa: E402  (installed by the test command: missing fails, never
 from lemon.errors import LemonError  # noqa: E402
 from lemon.spec.model import Agent, Spec  # noqa: E402
 from lemon.spec.render import FieldRef, render_spec  # noqa: E402
-from lemon.train.config import CreditConfig, RewardConfig  # noqa: E402
+from lemon.train.batch import build_batch, task_indices  # noqa: E402
+from lemon.train.config import CreditConfig, RewardConfig, TrainConfig  # noqa: E402
 from lemon.train.generation import Completion  # noqa: E402
-from lemon.train.grpo import (  # noqa: E402
-    Trainer,
-    TrainSettings,
-    build_batch,
-    effective_config,
-    task_indices,
-)
+from lemon.train.grpo import Trainer  # noqa: E402
 from lemon.train.reward import compute_reward  # noqa: E402
 from lemon.train.rollout import Counterfactual, GroupResult, Sample  # noqa: E402
 from lemon.train.run_dir import RunDir  # noqa: E402
 from lemon.train.sampler import AdaptiveFamilySampler  # noqa: E402
+from lemon.train.settings import TrainSettings, effective_config  # noqa: E402
 from lemon.train.token_spans import offsets_from_token_ids  # noqa: E402
 
 SPEC = Spec(agents=(
@@ -109,26 +105,38 @@ def test_task_order_is_a_permutation_per_epoch_and_reproducible() -> None:
     assert [task_indices(s, 5, 2, 7) for s in (1, 2)] == [task_indices(s, 5, 2, 7) for s in (1, 2)]
 
 
+def _config(tmp_path: Path, *overrides: str) -> TrainConfig:
+    return effective_config(TrainSettings(run_dir=tmp_path, overrides=overrides))
+
+
 def test_overrides_are_validated(tmp_path: Path) -> None:
-    cfg = effective_config(TrainSettings(run_dir=tmp_path, group_size=2, kl_beta=0.0,
-                                         families=("edge", "role")))
+    cfg = _config(tmp_path, "group.group_size=2", "credit.kl_beta=0.0", "sampler.families=edge,role")
     assert cfg.group.group_size == 2 and cfg.credit.kl_beta == 0.0 and cfg.sampler.families == ("edge", "role")
     assert not cfg.sampler.confidence_discount
-    assert effective_config(TrainSettings(run_dir=tmp_path, confidence_discount=True)).sampler.confidence_discount
-    assert effective_config(TrainSettings(run_dir=tmp_path, cf_form="pairwise")).credit.cf_form == "pairwise"
+    assert _config(tmp_path, "sampler.confidence_discount=true").sampler.confidence_discount
+    assert _config(tmp_path, "credit.cf_form=pairwise").credit.cf_form == "pairwise"
     from lemon.errors import ConfigError
 
     with pytest.raises(ConfigError, match="cf_form"):
-        effective_config(TrainSettings(run_dir=tmp_path, cf_form="token"))
+        _config(tmp_path, "credit.cf_form=token")
 
     with pytest.raises(ConfigError):
-        effective_config(TrainSettings(run_dir=tmp_path, group_size=1))
-    scaled = effective_config(TrainSettings(run_dir=tmp_path, epochs=3, precision="bf16",
-                                            gradient_checkpointing=True))
+        _config(tmp_path, "group.group_size=1")
+    scaled = _config(tmp_path, "optim.epochs=3", "optim.precision=bf16", "optim.gradient_checkpointing=true")
     assert (scaled.optim.epochs, scaled.optim.precision, scaled.optim.gradient_checkpointing) == (3, "bf16", True)
     # one line naming the field and the value (it used to end with pydantic's docs link only)
     with pytest.raises(ConfigError, match=r"^invalid training override optim\.precision='fp16': Input should be"):
-        effective_config(TrainSettings(run_dir=tmp_path, precision="fp16"))
+        _config(tmp_path, "optim.precision=fp16")
+
+
+def test_a_bad_override_key_is_one_line_naming_the_keys(tmp_path: Path) -> None:
+    from lemon.errors import ConfigError
+
+    for bad in ("optim.lrr=1", "nosection.lr=1", "optim.lr", "lr=1"):
+        with pytest.raises(ConfigError, match=r"^invalid training override .*optim\.") as info:
+            _config(tmp_path, bad)
+        assert "\n" not in str(info.value)
+    assert _config(tmp_path, "credit.cf_budget=none", "optim.lr=2e-5").credit.cf_budget is None
 
 
 def test_a_run_stopped_before_its_first_checkpoint_resumes_from_step_one(tmp_path: Path) -> None:

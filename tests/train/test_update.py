@@ -14,14 +14,15 @@ pytestmark = pytest.mark.train
 import torch  # noqa: E402  (the [train] extra is part of the test install)
 
 from lemon.spec.render import FieldRef  # noqa: E402
+from lemon.train.batch import StepBatch, build_batch  # noqa: E402
 from lemon.train.config import CreditConfig, TrainConfig  # noqa: E402
 from lemon.train.credit import counterfactual_advantages  # noqa: E402
 from lemon.train.generation import Completion  # noqa: E402
-from lemon.train.grpo import StepBatch, build_batch, policy_update  # noqa: E402
 from lemon.train.policy_handle import Reference  # noqa: E402
 from lemon.train.reward import RewardBreakdown  # noqa: E402
 from lemon.train.rollout import Counterfactual, GroupResult, Sample  # noqa: E402
 from lemon.train.simulate import SlotPolicy  # noqa: E402
+from lemon.train.update import policy_update  # noqa: E402
 
 
 def _sample(total: float, cf: Counterfactual | None = None) -> Sample:
@@ -88,8 +89,9 @@ def test_loss_is_computed_in_eval_mode() -> None:
 def test_lora_reference_is_the_base_model_with_the_adapter_off(policy_dir: Path, tmp_path: Path) -> None:
     """Review item 7: no second full model copy for the KL reference of a LoRA policy."""
     from lemon.train.generation import batch_logprobs
-    from lemon.train.grpo import TrainSettings, _load_policy
+    from lemon.train.grpo import _load_policy
     from lemon.train.policy import load_policy
+    from lemon.train.settings import TrainSettings
 
     cfg = TrainConfig()
     handle, ref = _load_policy(TrainSettings(run_dir=tmp_path, policy=str(policy_dir), lora=True), cfg, None)
@@ -237,7 +239,7 @@ def test_a_shared_prompt_is_scored_once_with_the_same_logprobs_and_gradients() -
 
 
 def test_micro_batches_are_cut_at_group_boundaries_when_prompts_are_shared() -> None:
-    from lemon.train.grpo import micro_batches
+    from lemon.train.microbatch import micro_batches
 
     prompts = [[1]] * 4 + [[2]] * 4 + [[3]] * 2
     assert micro_batches(prompts, 4, by_prompt=True) == [slice(0, 4), slice(4, 8), slice(8, 10)]
@@ -367,7 +369,7 @@ def test_the_update_copies_a_bounded_sample_of_the_weights_not_all_of_them(monke
     change tracks the exact one."""
     from torch.overrides import TorchFunctionMode
 
-    from lemon.train import grpo
+    from lemon.train import update as grpo
 
     class CountClones(TorchFunctionMode):
         copied = 0

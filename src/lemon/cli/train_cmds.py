@@ -8,6 +8,10 @@ stays fast and works without the [train] extra.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
+import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -33,18 +37,6 @@ def _need_train_extra() -> None:
                          "pip install -e '.[train]'") from None
     # The CLI draws its own progress bars; transformers' per-load bars would interleave with them.
     transformers.utils.logging.disable_progress_bar()
-
-
-def _families(value: str | None) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    from lemon.train.config import FAMILIES
-
-    fams = tuple(f.strip() for f in value.split(",") if f.strip())
-    bad = [f for f in fams if f not in FAMILIES]
-    if bad or not fams:
-        raise LemonError(f"--families {value!r}: expected a comma-separated subset of {','.join(FAMILIES)}")
-    return fams
 
 
 def _progress(console: Any) -> Progress:
@@ -123,6 +115,58 @@ def _step_reporter(bar: Progress, steps: int) -> Any:
     return on_step
 
 
+def _config_option(name: str, key: str) -> inspect.Parameter:
+    """The typed command-line shortcut `--name` of config setting `key`, its type and default read from the
+    config field itself (a bool is a --name/--no-name flag; a list, a comma list; a choice, its values)."""
+    from lemon.train.config import load_train_config
+
+    section, field = key.split(".")
+    packaged = getattr(load_train_config(), section)
+    info = type(packaged).model_fields[field]
+    kind = info.annotation if info.annotation in (int, float, bool) else str
+    flag = f"--{name.replace('_', '-')}"
+    choices = typing.get_args(info.annotation) if typing.get_origin(info.annotation) is typing.Literal else ()
+    listed = isinstance(info.default, tuple)
+    what = f" ({', '.join(map(str, choices))})" if choices else " (comma-separated)" if listed else ""
+    help_ = f"Override {key}{what}; packaged default {_shown(getattr(packaged, field))}."
+    option = (typer.Option(f"{flag}/--no-{flag[2:]}", help=help_, show_default=False) if kind is bool else
+              SHARED_OPTIONS[name] if name in SHARED_OPTIONS else typer.Option(flag, help=help_))
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[kind | None, option])
+
+
+def _shown(value: object) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def with_config_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """`fn` (which takes `overrides`) with one typed option per `CONFIG_OPTIONS` shortcut: a given one is
+    passed on as the dotted override it stands for, after the `--set` ones."""
+    from lemon.train.settings import CONFIG_OPTIONS
+
+    @functools.wraps(fn)
+    def command(**kwargs: Any) -> None:
+        given = {n: kwargs.pop(n) for n in CONFIG_OPTIONS}
+        overrides = [*(kwargs.pop("overrides", None) or []),
+                     *(f"{CONFIG_OPTIONS[n]}={str(v).lower() if isinstance(v, bool) else v}"
+                       for n, v in given.items() if v is not None)]
+        fn(**kwargs, overrides=overrides)
+
+    own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "overrides"]
+    settings = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+    shortcuts = [_config_option(n, k) for n, k in CONFIG_OPTIONS.items()]
+    command.__signature__ = inspect.Signature([*settings, _SET_PARAM, *shortcuts])  # type: ignore[attr-defined]
+    command.__annotations__ = {}
+    return command
+
+
+_SET_PARAM = inspect.Parameter("overrides", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Annotated[
+    list[str] | None, typer.Option("--set", metavar="KEY=VALUE", help="Override a training-config setting, "
+                                   "e.g. --set optim.lr=1e-5 --set sampler.families=edge,role (repeatable).")])
+SHARED_OPTIONS = {"policy_max_tokens": opt("policy_max_tokens", help="Max new tokens of the policy writing one "
+                                           "spec (overrides rollout.max_new_tokens).")}
+
+
 def train_cmd(
     out: Annotated[Path, opt("out", help="Run directory (checkpoints, metrics, final/); --resume continues it.")],
     benchmark: Annotated[str, typer.Option(
@@ -137,46 +181,27 @@ def train_cmd(
     keep_checkpoints: Annotated[int, typer.Option(help="Checkpoints kept on disk.")] = 2,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the latest checkpoint.")] = False,
     no_cf: Annotated[bool, typer.Option("--no-cf", help="Ablation: global GRPO only.")] = False,
-    families: Annotated[str | None, typer.Option(help="Counterfactual families, e.g. edge,role.")] = None,
-    confidence_discount: Annotated[bool | None, typer.Option(
-        "--confidence-discount/--no-confidence-discount", help="Override sampler.confidence_discount (score a "
-        "counterfactual by |delta| x its group's disagreement on the edited field).", show_default=False)] = None,
-    cf_form: Annotated[str | None, typer.Option(help="Override credit.cf_form: span (delta on the field's "
-                                                     "tokens) or pairwise (a preference between the written "
-                                                     "and the edited value).")] = None,
     fixed_roles: Annotated[bool, typer.Option("--fixed-roles", help="Ablation: base roles only.")] = False,
     fixed_capacity: Annotated[str | None, typer.Option(help="Ablation: run every agent at LEVEL.")] = None,
     fixed_structure: Annotated[str | None, typer.Option(help="Ablation: 'chain'.")] = None,
-    group_size: Annotated[int | None, typer.Option(help="Override group.group_size.")] = None,
-    tasks_per_step: Annotated[int | None, typer.Option(help="Override rollout.tasks_per_step.")] = None,
-    policy_max_tokens: Annotated[int | None, opt("policy_max_tokens", help="Max new tokens of the policy writing "
-                                                 "one spec (overrides rollout.max_new_tokens).")] = None,
-    kl_beta: Annotated[float | None, typer.Option(help="Override credit.kl_beta (0 = no reference).")] = None,
-    lr: Annotated[float | None, typer.Option(help="Override optim.lr.")] = None,
-    worker_samples: Annotated[int | None, typer.Option(help="Override workers.samples (worker seeds per spec; "
-                                                            "the success term is their mean).")] = None,
     uncertain: Annotated[int | None, typer.Option(help="Keep only tasks one CoT agent at the strongest level "
                                                        "solves under some but not all of N worker seeds.")] = None,
     lora: Annotated[bool, typer.Option("--lora", help="Train a LoRA adapter.")] = False,
-    epochs: Annotated[int | None, typer.Option(help="Override optim.epochs (optimiser steps per batch; "
-                                                    "> 1 uses the clipped ratio).")] = None,
-    precision: Annotated[str | None, typer.Option(help="Override optim.precision: auto, fp32 or bf16.")] = None,
-    gradient_checkpointing: Annotated[bool | None, typer.Option(
-        "--gradient-checkpointing/--no-gradient-checkpointing", help="Override optim.gradient_checkpointing.",
-        show_default=False)] = None,
     data_dir: DataDirOpt = None,
     seed: Annotated[int, opt("seed", help="Seed of sampling, task order and counterfactual choices.")] = 0,
     threads: ThreadsOpt = 2,
     serve_workers: ServeWorkersOpt = None,
     no_cache: NoCacheOpt = False,
+    overrides: list[str] | None = None,
 ) -> None:
     """Orchestration-level GRPO with localized counterfactual credit on a benchmark's training split.
 
     Data-parallel on N devices: accelerate launch --multi_gpu --num_processes N -m lemon.cli.main train ...
     """
     _need_train_extra()
-    from lemon.train.grpo import TrainSettings, train
+    from lemon.train.grpo import train
     from lemon.train.rollout import Ablation
+    from lemon.train.settings import TrainSettings, effective_config
 
     console, err_console = consoles()
     if fixed_structure not in (None, "chain"):
@@ -186,14 +211,11 @@ def train_cmd(
     settings = TrainSettings(
         run_dir=out, benchmark=benchmark, pool=pool, policy=policy, steps=steps, limit_tasks=limit,
         data_dir=str(data_dir) if data_dir else None, config_path=str(config) if config else None,
-        save_every=save_every, keep_checkpoints=keep_checkpoints, seed=seed, resume=resume, cf=not no_cf,
-        families=_families(families), confidence_discount=confidence_discount, cf_form=cf_form,
-        ablation=Ablation(fixed_roles=fixed_roles, fixed_capacity=fixed_capacity,
-                          fixed_structure=fixed_structure),  # type: ignore[arg-type]
-        lora=lora, cache=not no_cache, threads=threads, group_size=group_size, max_new_tokens=policy_max_tokens,
-        kl_beta=kl_beta, lr=lr, tasks_per_step=tasks_per_step, worker_samples=worker_samples,
-        uncertain_samples=uncertain, epochs=epochs, precision=precision,
-        gradient_checkpointing=gradient_checkpointing, serve_workers=serve_workers)
+        overrides=tuple(overrides or ()), save_every=save_every, keep_checkpoints=keep_checkpoints, seed=seed,
+        resume=resume, cf=not no_cf, ablation=Ablation(fixed_roles=fixed_roles, fixed_capacity=fixed_capacity,
+                                                        fixed_structure=fixed_structure),  # type: ignore[arg-type]
+        lora=lora, cache=not no_cache, threads=threads, uncertain_samples=uncertain, serve_workers=serve_workers)
+    effective_config(settings)  # a bad override is a one-line error before anything loads
     with _progress(err_console) as bar:
         summary = asyncio.run(train(settings, on_step=_step_reporter(bar, steps)))
     console.print(f"steps {summary.first_step}..{summary.last_step} done; metrics {out / 'metrics.jsonl'}",
@@ -235,7 +257,7 @@ def export_gguf_cmd(
 def register(app: typer.Typer) -> None:
     """Add `sft`, `train`, `plot` and `export-gguf` to the main CLI app (idempotent)."""
     names = {c.name for c in app.registered_commands}
-    for name, fn in (("sft", sft_cmd), ("train", train_cmd), ("plot", plot_cmd),
+    for name, fn in (("sft", sft_cmd), ("train", with_config_options(train_cmd)), ("plot", plot_cmd),
                      ("export-gguf", export_gguf_cmd)):
         if name not in names:
             app.command(name)(fn)

@@ -148,8 +148,8 @@ async def verified_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
     from lemon.llm.pools import load_pool
     from lemon.orchestrator.prompted import PromptedOrchestrator
     from lemon.train.config import load_train_config
-    from lemon.train.grpo import worker_executor
     from lemon.train.verified import verified_targets
+    from lemon.train.workers import worker_executor
 
     cfg = load_train_config()
     pool = load_pool(s.teacher_pool, cache=s.cache)

@@ -239,8 +239,10 @@ def simulated_trainer(*, seed: int, cf: bool, lr: float = 0.05, tasks_per_step: 
     """The real `grpo.Trainer` on the simulated pool and the slot policy (no run directory, no KL)."""
     from lemon.spec.roles import RoleLibrary
     from lemon.train.config import TrainConfig
-    from lemon.train.grpo import Trainer, TrainSettings, worker_executor
+    from lemon.train.grpo import Trainer
     from lemon.train.sampler import AdaptiveFamilySampler
+    from lemon.train.settings import TrainSettings
+    from lemon.train.workers import worker_executor
 
     sampler_cfg: dict[str, object] = {"confidence_discount": confidence_discount}
     if families is not None:
