@@ -11,6 +11,7 @@ from lemon.errors import LemonError
 from lemon.llm.base import Message
 from lemon.orchestrator.base import Proposal
 from lemon.orchestrator.template import TemplateOrchestrator
+from lemon.runtime.budget import prompt_token_bound
 from lemon.spec.model import Agent, Spec
 from lemon.spec.roles import RoleLibrary
 
@@ -26,8 +27,16 @@ class WritingOrchestrator:
         self.spends = spends
         self.asked = 0
 
+    level = None
+
     def messages(self, task: str) -> list[Message]:
         return [Message("user", task)]
+
+    def token_bound(self, task: str) -> int:
+        return prompt_token_bound(self.messages(task)) + self.max_tokens
+
+    async def aclose(self) -> None:
+        return None
 
     async def propose(self, task: str, *, seed: int = 0) -> Proposal:
         self.asked += 1

@@ -21,9 +21,11 @@ from lemon.inspection.tracefile import extracted_answer
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
 from lemon.llm.pools import load_pool, pool_level_names
+from lemon.orchestrator.base import Orchestrator, Proposal
+from lemon.orchestrator.resolve import resolve_orchestrator
 from lemon.orchestrator.template import task_kind
 from lemon.paths import ensure_dir, runs_dir
-from lemon.runtime import Budget, Executor, RunResult
+from lemon.runtime import Budget, Executor, RunResult, TraceEvent, VoteKey
 from lemon.spec.model import Spec
 from lemon.spec.parse import read_spec_file
 from lemon.spec.render import render_spec
@@ -42,7 +44,7 @@ class AgentProgress:
         }
         self.pruned: dict[str, str] = {}
 
-    def on_event(self, event: dict[str, Any]) -> None:
+    def on_event(self, event: TraceEvent) -> None:
         row = self.rows.get(str(event.get("agent", "")))
         if row is None:
             return
@@ -97,7 +99,7 @@ def _show_tokens(console: Console, result: RunResult) -> None:
                   f"wall: {result.wall_s:.1f}s", markup=False)
 
 
-def run_json(result: RunResult, spec: Spec, answer: str | None, trace: Path | None) -> dict[str, Any]:
+def run_json(result: RunResult, spec: Spec, answer: str | None, trace: Path | None) -> dict[str, object]:
     """What `lemon run --json` prints: the answer first, then what it cost and where its trace is."""
     return {"answer": answer, "output": result.answer if result.status == "ok" else None, "output_agent": spec.output,
             "status": result.status, "stop_reason": result.stop_reason, "spec": render_spec(spec).text,
@@ -133,7 +135,7 @@ class RunOptions:
 
 
 async def _execute(console: Console, pool: Pool, roles: RoleLibrary, spec: Spec, task: str, opts: RunOptions,
-                   orchestrator_info: dict[str, Any] | None = None, vote_key: Any = None) -> RunResult:
+                   orchestrator_info: dict[str, object] | None = None, vote_key: VoteKey | None = None) -> RunResult:
     progress = AgentProgress(spec)
     overrides: dict[str, Any] = {"max_tokens": opts.max_tokens}
     if opts.temperature is not None:
@@ -205,49 +207,21 @@ def _params_dict(p: GenParams) -> dict[str, Any]:
     return {f: getattr(p, f) for f in p.__dataclass_fields__}
 
 
-def _orchestrator(name: str, pool: Pool, roles: RoleLibrary, level: str | None) -> Any:
-    """`template` (default), `prompted`, or a trained policy's path."""
-    if level is not None and name != "prompted":
-        raise ConfigError(f"--level chooses the model that writes the spec, so it applies only to --orchestrator "
-                          f"prompted; {name!r} picks its own levels: drop --level")
-    if name == "template":
-        from lemon.orchestrator.template import TemplateOrchestrator
-
-        return TemplateOrchestrator(roles, pool.level_names)
-    if name == "prompted":
-        from lemon.orchestrator.prompted import PromptedOrchestrator
-
-        if level is not None and level not in pool.level_names:
-            raise ConfigError(f"--level {level!r} is not a level of pool {pool.name!r}: {pool.level_names}")
-        return PromptedOrchestrator(pool, roles, level=level)
-    from lemon.orchestrator.trained import TrainedOrchestrator
-
-    return TrainedOrchestrator(name, roles, pool.level_names)
-
-
-def vote_key_for(kind: object) -> Any:
+def vote_key_for(kind: object) -> VoteKey | None:
     """How a `majority_vote` agent compares answers for a task of this kind (None: whole texts)."""
     from lemon.inspection.tracefile import vote_key
 
     return vote_key(str(kind))
 
 
-def _token_bound(orch: Any, task: str) -> int:
-    """The most tokens one proposal can cost (0 for the template orchestrator, which calls no model)."""
-    from lemon.bench.methods import prompted_token_bound, trained_token_bound
-
-    if not getattr(orch, "writes_with_model", True):
-        return 0
-    return prompted_token_bound(orch, task) if hasattr(orch, "messages") else trained_token_bound(orch, task)
-
-
-async def propose_within_budget(orch: Any, task: str, opts: RunOptions) -> tuple[Any, RunOptions]:
+async def propose_within_budget(orch: Orchestrator, task: str,
+                                opts: RunOptions) -> tuple[Proposal, RunOptions]:
     """The proposal, with `--budget-tokens` covering the orchestrator too: its worst case (prompt bound plus
     generation limit) must fit before it is asked, and the workers get what it left."""
     budget = opts.budget_tokens
     if budget is None:
         return await orch.propose(task, seed=opts.seed), opts
-    bound = _token_bound(orch, task)
+    bound = orch.token_bound(task)
     if bound > budget:
         raise LemonError(f"--budget-tokens {budget} cannot cover the orchestrator's worst case of {bound} tokens "
                          "(its prompt and generation limit); raise --budget-tokens or use --orchestrator template")
@@ -264,8 +238,8 @@ async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrato
     roles = RoleLibrary.load()
     pool = load_pool(opts.pool, cache=opts.cache)
     try:
-        orch = _orchestrator(orchestrator, pool, roles, level)
-        if getattr(orch, "level", None) is not None:
+        orch = resolve_orchestrator(orchestrator, pool, roles, level)
+        if orch.level is not None:
             with console.status("loading and verifying the orchestrator model..."):
                 await pool.prepare((orch.level,))
         with console.status("orchestrator is writing the spec..."):

@@ -32,4 +32,16 @@ class Proposal:
 
 
 class Orchestrator(Protocol):
+    """Writes one spec per task. `level` is the pool level it calls (None: it calls none of the pool's, so
+    nothing needs loading before it proposes)."""
+
+    level: str | None
+
     async def propose(self, task: str, *, seed: int = 0) -> Proposal: ...
+
+    def token_bound(self, task: str) -> int:
+        """The most tokens one proposal for `task` can cost (a bound on its prompt plus its generation limit;
+        0 when it calls no model), so a whole-run token budget can be checked before it is asked."""
+        ...
+
+    async def aclose(self) -> None: ...

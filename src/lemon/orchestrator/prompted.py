@@ -18,6 +18,7 @@ from lemon.llm.base import ChatRequest, GenParams, Message
 from lemon.llm.pool import Pool
 from lemon.orchestrator.base import Proposal
 from lemon.orchestrator.repair import spec_from_output
+from lemon.runtime.budget import prompt_token_bound
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.schema import spec_json_schema
 from lemon.yamlfile import load_yaml
@@ -81,6 +82,10 @@ class PromptedOrchestrator:
             example=self._templates.example_for(task, self.pool.level_names),
         )
         return (Message("system", self._templates.system), Message("user", user))
+
+    def token_bound(self, task: str) -> int:
+        """A bound on the prompt's tokens plus the generation limit."""
+        return prompt_token_bound(self.messages(task)) + self.max_tokens
 
     async def propose(self, task: str, *, seed: int = 0) -> Proposal:
         request = ChatRequest(

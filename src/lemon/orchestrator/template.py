@@ -73,11 +73,14 @@ class TemplateOrchestrator:
     """Implements `Orchestrator` with the teams of `prompts/teams.yaml` (no model call)."""
 
     level = None  # writes no spec with a model: nothing to load before proposing
-    writes_with_model = False
 
     def __init__(self, roles: RoleLibrary, levels: Sequence[str]) -> None:
         self.roles = roles
         self.levels = tuple(levels)
+
+    def token_bound(self, task: str) -> int:
+        """No model call: a proposal costs no token."""
+        return 0
 
     async def propose(self, task: str, *, seed: int = 0) -> Proposal:
         kind = task_kind(task)

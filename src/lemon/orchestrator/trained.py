@@ -23,6 +23,7 @@ from lemon.llm.hf import HFChatGenerator
 from lemon.orchestrator.base import Proposal
 from lemon.orchestrator.policy_prompt import policy_messages
 from lemon.orchestrator.repair import spec_from_output
+from lemon.runtime.budget import prompt_token_bound
 from lemon.spec.roles import RoleLibrary
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,8 @@ def resolve_policy_path(path: str | os.PathLike[str]) -> Path:
 class TrainedOrchestrator:
     """Writes specs with a trained policy (HF directory or .gguf); implements `Orchestrator`."""
 
+    level = None  # its own model, not one of the pool's levels
+
     def __init__(self, path: str | os.PathLike[str], roles: RoleLibrary, levels: Sequence[str], *,
                  max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.0) -> None:
         self.path = resolve_policy_path(path)
@@ -71,6 +74,12 @@ class TrainedOrchestrator:
             self._gguf = EmbeddedBackend(str(self.path))
         else:
             self._hf = HFChatGenerator(self.path)
+
+    def token_bound(self, task: str) -> int:
+        """A bound on the prompt's tokens plus the generation limit."""
+        messages = policy_messages(task, self.roles, self.levels)
+        return (prompt_token_bound([Message(m["role"], m["content"]) for m in messages])  # type: ignore[arg-type]
+                + self.max_new_tokens)
 
     async def _complete(self, task: str, seed: int) -> tuple[str, int, int]:
         if self.temperature > 0:
