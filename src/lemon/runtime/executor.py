@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Any, Literal
+from typing import Literal
 
 from lemon.errors import LemonError
 from lemon.llm.base import ChatRequest, GenParams, Message, request_key
@@ -35,7 +35,7 @@ from lemon.runtime.budget import (
     settle_all,
 )
 from lemon.runtime.node_cache import NodeCache, NodeOutput
-from lemon.runtime.trace import Trace
+from lemon.runtime.trace import AgentTokens, StopDecision, Trace, TraceEvent
 from lemon.seeds import stable_seed
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.render import render_stop
@@ -43,7 +43,7 @@ from lemon.spec.roles import RoleLibrary
 from lemon.yamlfile import load_yaml
 
 Status = Literal["ok", "budget_exceeded", "timeout", "error"]
-EventHook = Callable[[dict[str, Any]], None]
+EventHook = Callable[[TraceEvent], None]
 VoteKey = Callable[[str], "str | None"]
 
 
@@ -65,7 +65,7 @@ class RunResult:
     answer: str
     status: Status
     stop_reason: str
-    tokens_by_agent: dict[str, dict[str, Any]]
+    tokens_by_agent: dict[str, AgentTokens]
     tokens_by_level: dict[str, int]
     wall_s: float
     trace: Trace
@@ -80,7 +80,7 @@ class RunResult:
     charged_tokens: int = 0
     budget_scope: str | None = None  # for status budget_exceeded: which ledger ran out ("run", "eval", ...)
     unrun: tuple[str, ...] = ()  # needed agents a stop rule made unnecessary (never started)
-    early_stops: tuple[dict[str, Any], ...] = ()  # each stop rule's decision (see `_record_early_stop`)
+    early_stops: tuple[StopDecision, ...] = ()  # each stop rule's decision (see `_record_early_stop`)
 
     @property
     def total_tokens(self) -> int:
@@ -219,7 +219,7 @@ class Executor:
         return ChatRequest(self.messages(agent, task, parents, spec), params)
 
     async def run(self, spec: Spec, task: str, *, seed: int = 0, vote_key: VoteKey | None = None,
-                  task_id: str | None = None, orchestrator: dict[str, Any] | None = None,
+                  task_id: str | None = None, orchestrator: Mapping[str, object] | None = None,
                   node_cache: NodeCache | None = None, shared_budget: TokenLedger | None = None) -> RunResult:
         """Execute `spec` (already validated) on `task`; never raises for budget, timeout or backend errors.
 
@@ -242,28 +242,28 @@ class _Run:
     seed: int
     vote_key: VoteKey | None
     task_id: str | None
-    orchestrator: dict[str, Any] | None
+    orchestrator: Mapping[str, object] | None
     cache: NodeCache
     ledgers: tuple[TokenLedger, ...]  # the run's own first (it may clip), then shared ones (they never clip)
     trace: Trace = field(init=False)
     outputs: dict[str, str] = field(default_factory=dict)
-    returns: dict[str, dict[str, Any]] = field(default_factory=dict)
-    tokens: dict[str, dict[str, Any]] = field(default_factory=dict)
+    returns: dict[str, TraceEvent] = field(default_factory=dict)
+    tokens: dict[str, AgentTokens] = field(default_factory=dict)
     spent_tokens: int = 0
     budget_scope: str | None = None
     calls: int = 0
     hits: int = 0
     llm_hits: int = 0
     sent_at: dict[str, float] = field(default_factory=dict)  # when each agent's call left its level's queue
-    early_stops: list[dict[str, Any]] = field(default_factory=list)
+    early_stops: list[StopDecision] = field(default_factory=list)
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _tg: asyncio.TaskGroup = field(init=False)
-    _decision: dict[str, Any] | None = None
+    _decision: TraceEvent | None = None
 
     def __post_init__(self) -> None:
         self.trace = Trace(task_id=self.task_id, task=self.task)
 
-    def _emit(self, type_: str, agent: str, **extra: Any) -> dict[str, Any]:
+    def _emit(self, type_: str, agent: str, **extra: object) -> TraceEvent:
         ev = self.trace.event(type_, agent, **extra)
         if self.ex.on_event is not None:
             self.ex.on_event(ev)
@@ -316,7 +316,7 @@ class _Run:
                          spent_tokens=self.spent_tokens, skipped=skipped, charged_tokens=self.ledgers[0].used,
                          budget_scope=self.budget_scope, unrun=unrun, early_stops=tuple(self.early_stops))
 
-    async def _run_agents(self, needed: frozenset[str], decision: dict[str, Any] | None) -> tuple[Status, str]:
+    async def _run_agents(self, needed: frozenset[str], decision: TraceEvent | None) -> tuple[Status, str]:
         """Run the needed agents, each as soon as its parents return; the first stop cancels the rest.
 
         Agents needed only through a stop rule start when their voter asks for them (`_start`), so parents
@@ -380,8 +380,8 @@ class _Run:
         skipped = tuple(p for p in agent.depends_on if p not in ran)
         per_parent = [self.tokens[p]["prompt"] + self.tokens[p]["completion"] for p in ran]
         saved = round(sum(per_parent) / len(per_parent) * len(skipped)) if per_parent and skipped else 0
-        decision = {"agent": agent.name, "rule": render_stop(rule), "fired": fired, "ran": list(ran),
-                    "skipped": list(skipped), "tokens_saved_estimate": saved}
+        decision = StopDecision(agent=agent.name, rule=render_stop(rule), fired=fired, ran=list(ran),
+                                skipped=list(skipped), tokens_saved_estimate=saved)
         self._emit("stop", agent.name, reason="stop_rule",
                    **{k: v for k, v in decision.items() if k != "agent"})
         self.early_stops.append(decision)
@@ -406,8 +406,8 @@ class _Run:
             votes = None
         hit = hit or out.llm_cached  # answered from a cache: the node cache (no call) or the LLM request cache
         self.outputs[agent.name] = out.text
-        self.tokens[agent.name] = {"prompt": out.prompt_tokens, "completion": out.completion_tokens,
-                                   "capacity": agent.capacity, "cached": hit, "model": out.model}
+        self.tokens[agent.name] = AgentTokens(prompt=out.prompt_tokens, completion=out.completion_tokens,
+                                              capacity=agent.capacity, cached=hit, model=out.model)
         ret = self._emit("return", agent.name, tokens=out.tokens, cached=hit, content_ref=f"contents/{agent.name}",
                          prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens, model=out.model,
                          sent=self.sent_at.get(agent.name), votes=votes)

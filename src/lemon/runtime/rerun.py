@@ -10,10 +10,10 @@ priced as the mean parent that ran)."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
 
 from lemon.llm.pool import Pool
 from lemon.runtime.executor import required_agents
+from lemon.runtime.trace import AgentTokens
 from lemon.spec.edits import changes_request
 from lemon.spec.model import Spec
 from lemon.spec.render import FieldRef
@@ -34,7 +34,7 @@ def rerun_agents(spec: Spec, ref: FieldRef, edited: Spec, pool: Pool, roles: Rol
     return [a.name for a in edited.agents if a.name in changed & live and roles[a.role].kind != "vote"]
 
 
-def rerun_tokens(agents: list[str], tokens: Mapping[str, Mapping[str, Any]]) -> int:
+def rerun_tokens(agents: list[str], tokens: Mapping[str, AgentTokens]) -> int:
     """Worker tokens the re-run of `agents` will compute: each one's tokens in the original run (`tokens`); an
     agent the original never ran (a stop rule skipped it) at the mean of the model calls that ran."""
     per_agent = {a: int(t["prompt"]) + int(t["completion"]) for a, t in tokens.items()}
@@ -44,7 +44,7 @@ def rerun_tokens(agents: list[str], tokens: Mapping[str, Mapping[str, Any]]) -> 
 
 
 def rerun_plan(spec: Spec, ref: FieldRef, edited: Spec, pool: Pool, roles: RoleLibrary,
-               tokens: Mapping[str, Mapping[str, Any]]) -> tuple[list[str], int]:
+               tokens: Mapping[str, AgentTokens]) -> tuple[list[str], int]:
     """The agents a re-run of `edited` recomputes and its worker tokens, priced from one original run's
     per-agent `tokens` (the agents it ran are its keys)."""
     agents = rerun_agents(spec, ref, edited, pool, roles, tokens)

@@ -11,9 +11,10 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Required, TypedDict, cast
 
 from lemon.files import write_atomic
 
@@ -22,18 +23,61 @@ EVENT_TYPES = frozenset({"orchestrator_decision", "spawn", "despawn", "message",
 EDGE_TYPES = frozenset({"temporal", "causal", "spawn", "message", "tool_dependency", "return", "aggregate",
                         "safety_flow"})
 
+#: One trace event: its id, time, type and agent, and the fields its type carries (spawn: role, capacity,
+#: duty; message: from, to, content_ref; return: tokens, cached, model, sent, votes; stop: reason, detail,
+#: and a stop rule's decision; orchestrator_decision: how the spec was written).
+TraceEvent = TypedDict("TraceEvent", {
+    "id": Required[str], "t": Required[float], "type": Required[str], "agent": Required[str],
+    "role": str, "capacity": str, "duty": str, "from": "str | list[str]", "to": str, "content_ref": str,
+    "tokens": int, "cached": bool, "prompt_tokens": int, "completion_tokens": int, "model": str,
+    "sent": float, "votes": "dict[str, str | None]", "reason": str, "detail": str, "rule": str, "fired": bool,
+    "ran": "list[str]", "skipped": "list[str]", "tokens_saved_estimate": int, "source": str,
+    "warnings": "list[str]", "raw": str, "level": str, "kind": str, "orchestrator": str,
+}, total=False)
+
+
+class TraceEdge(TypedDict):
+    src: str
+    dst: str
+    type: str
+
+
+class AgentTokens(TypedDict, total=False):
+    """One agent's tokens in a run (`RunResult.tokens_by_agent`), and what served it."""
+
+    prompt: Required[int]
+    completion: Required[int]
+    capacity: str
+    cached: bool
+    model: str
+
+
+class StopDecision(TypedDict):
+    """What one stop rule decided in a run (`RunResult.early_stops`)."""
+
+    agent: str
+    rule: str
+    fired: bool
+    ran: list[str]
+    skipped: list[str]
+    tokens_saved_estimate: int
+
+
+#: The open JSON sections of a trace (system, topology, costs, metrics): plain JSON values by key.
+Section = dict[str, object]
+
 
 @dataclass
 class Trace:
     task_id: str | None = None
     trace_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    edges: list[dict[str, str]] = field(default_factory=list)
+    events: list[TraceEvent] = field(default_factory=list)
+    edges: list[TraceEdge] = field(default_factory=list)
     rewards: dict[str, float] = field(default_factory=dict)
-    costs: dict[str, Any] = field(default_factory=dict)
-    system: dict[str, Any] = field(default_factory=dict)
-    topology: dict[str, Any] = field(default_factory=dict)
-    metrics: dict[str, Any] = field(default_factory=dict)
+    costs: Section = field(default_factory=dict)
+    system: Section = field(default_factory=dict)
+    topology: Section = field(default_factory=dict)
+    metrics: Section = field(default_factory=dict)
     contents: dict[str, str] = field(default_factory=dict)
     # What a person needs to read a run without the benchmark files: the task text and each agent's messages
     # ({agent: [{"role", "content"}, ...]}, exactly what its model was sent). Traces stored before these
@@ -42,34 +86,34 @@ class Trace:
     prompts: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     _t0: float = field(default_factory=time.perf_counter, repr=False)
 
-    def event(self, type_: str, agent: str, **extra: Any) -> dict[str, Any]:
+    def event(self, type_: str, agent: str, **extra: object) -> TraceEvent:
         """Append an event (ids are `e<index>`, `t` is seconds since the run started) and return it."""
         if type_ not in EVENT_TYPES:
             raise ValueError(f"unknown trace event type {type_!r}")
-        ev = {"id": f"e{len(self.events)}", "t": round(time.perf_counter() - self._t0, 6), "type": type_,
-              "agent": agent, **{k: v for k, v in extra.items() if v is not None}}
+        ev = cast(TraceEvent, {"id": f"e{len(self.events)}", "t": round(time.perf_counter() - self._t0, 6),
+                               "type": type_, "agent": agent, **{k: v for k, v in extra.items() if v is not None}})
         self.events.append(ev)
         return ev
 
-    def edge(self, src: dict[str, Any] | str, dst: dict[str, Any] | str, type_: str) -> None:
+    def edge(self, src: TraceEvent | str, dst: TraceEvent | str, type_: str) -> None:
         if type_ not in EDGE_TYPES:
             raise ValueError(f"unknown trace edge type {type_!r}")
         s = src["id"] if isinstance(src, dict) else src
         d = dst["id"] if isinstance(dst, dict) else dst
         self.edges.append({"src": s, "dst": d, "type": type_})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"trace_id": self.trace_id, "task_id": self.task_id, "system": self.system,
                 "topology": self.topology, "events": self.events, "edges": self.edges, "rewards": self.rewards,
                 "costs": self.costs, "metrics": self.metrics, "contents": self.contents, "task": self.task,
                 "prompts": self.prompts}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Trace:
+    def from_json(cls, data: Mapping[str, object]) -> Trace:
         """A trace from its JSON form; fields absent from traces of older versions get their defaults."""
         known = ("task_id", "trace_id", "events", "edges", "rewards", "costs", "system", "topology", "metrics",
                  "contents", "task", "prompts")
-        return cls(**{k: data[k] for k in known if data.get(k) is not None})
+        return cls(**{k: data[k] for k in known if data.get(k) is not None})  # type: ignore[arg-type]
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the trace as JSON atomically: a crash never leaves half a file, and a write that fails (a

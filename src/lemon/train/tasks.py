@@ -10,11 +10,15 @@ import asyncio
 import inspect
 import itertools
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lemon.errors import LemonError
+
+if TYPE_CHECKING:
+    from lemon.bench.datasets import Item
+    from lemon.bench.tasks import BenchmarkTask
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class TrainTask:
 
     id: str
     prompt: str
-    grade: Callable[[str], Any]  # final answer text -> bool (or awaitable bool); extraction included
+    grade: Callable[[str], bool | Awaitable[bool]]  # final answer text -> bool; extraction included
     vote_key: Callable[[str], str | None] | None = None
     kind: str = "number"  # the benchmark's answer kind: number, choice or code
 
@@ -37,7 +41,7 @@ async def is_correct(task: TrainTask, answer: str) -> bool:
     return bool(await asyncio.to_thread(task.grade, answer))
 
 
-def _benchmark_task(benchmark: str) -> Any:
+def _benchmark_task(benchmark: str) -> BenchmarkTask:
     try:
         from lemon.bench.tasks import BENCHMARKS
     except ImportError as exc:
@@ -49,7 +53,7 @@ def _benchmark_task(benchmark: str) -> Any:
         raise LemonError(f"unknown benchmark {benchmark!r}; valid: {', '.join(sorted(BENCHMARKS))}") from None
 
 
-def make_task(bench: Any, item: Any) -> TrainTask:
+def make_task(bench: BenchmarkTask, item: Item) -> TrainTask:
     """Wrap one benchmark item: grade = the benchmark's checker on its extracted answer."""
 
     def grade(text: str) -> bool:
@@ -81,7 +85,7 @@ def load_train_tasks(benchmark: str, *, split: str | None = None, limit: int | N
     if role != "train" and not allow_eval_split:
         raise LemonError(f"split {benchmark}/{name} is a {role} split; training uses only the train split "
                          f"{splits.train_split(benchmark)!r}")
-    items: Sequence[Any] = load_split(benchmark, name, data_dir)
+    items: Sequence[Item] = load_split(benchmark, name, data_dir)
     items = items[offset:] if limit is None else items[offset:offset + limit]
     if not items:
         raise LemonError(f"{benchmark}/{name} has no items at offset {offset} (limit {limit})")
@@ -103,7 +107,7 @@ def _mixture(benchmarks: str, *, split: str | None, limit: int | None, offset: i
     return "+".join(name for name, _ in parts), mixed
 
 
-def split_record(benchmark: str, split: str, tasks: Sequence[TrainTask]) -> dict[str, Any]:
+def split_record(benchmark: str, split: str, tasks: Sequence[TrainTask]) -> dict[str, object]:
     """What run.json records about the data: the split's definition and the exact item ids used (for a mixture,
     one record per benchmark)."""
     from lemon.bench import splits
