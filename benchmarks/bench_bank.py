@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lemon.bench.baselines import baseline_spec
+from lemon.evaluation.baselines import baseline_spec
 from lemon.llm.pools import load_pool
 from lemon.runtime import Executor
 from lemon.spec.render import render_spec

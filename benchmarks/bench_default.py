@@ -21,10 +21,10 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from lemon.bench.evaluate import EvalPlan, Execution, evaluate
-from lemon.bench.item import EvalSettings
-from lemon.bench.methods import resolve_method
-from lemon.bench.store import ResultsStore
+from lemon.evaluation.evaluate import EvalPlan, Execution, evaluate
+from lemon.evaluation.item import EvalSettings
+from lemon.evaluation.methods import resolve_method
+from lemon.evaluation.store import ResultsStore
 
 log = logging.getLogger("bench_default")
 

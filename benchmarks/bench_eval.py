@@ -126,9 +126,9 @@ def write_pool(path: Path, base_url: str, concurrency: int) -> Path:
 
 
 async def timed_eval(pool: Path, store: Path, *, items: int, concurrency: int, data_dir: str | None) -> float:
-    from lemon.bench.evaluate import EvalPlan, Execution, evaluate
-    from lemon.bench.item import EvalSettings
-    from lemon.bench.methods import resolve_method
+    from lemon.evaluation.evaluate import EvalPlan, Execution, evaluate
+    from lemon.evaluation.item import EvalSettings
+    from lemon.evaluation.methods import resolve_method
 
     settings = EvalSettings("multiarith", resolve_method("vanilla"), level="medium", pool=str(pool),
                             temperature=0.0, cache=False)

@@ -13,8 +13,8 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from lemon.bench.datasets import load_split
-from lemon.bench.sandbox import run_humaneval
+from lemon.benchmarks.humaneval import run_humaneval
+from lemon.benchmarks.registry import load_split
 
 
 def main() -> None:

@@ -22,12 +22,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lemon.bench.baselines import baseline_spec
-from lemon.bench.datasets import load_split
-from lemon.bench.item import WORKER_SEEDS, item_seed
-from lemon.bench.report import mcnemar_exact
-from lemon.bench.store import ResultsStore
-from lemon.bench.tasks import get_task
+from lemon.benchmarks.registry import get_benchmark, load_split
+from lemon.evaluation.baselines import baseline_spec
+from lemon.evaluation.item import WORKER_SEEDS, item_seed
+from lemon.evaluation.report import mcnemar_exact
+from lemon.evaluation.store import ResultsStore
 from lemon.llm.pools import load_pool
 from lemon.paths import lemon_home
 from lemon.runtime import Executor
@@ -79,7 +78,7 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
     """Every team of TEAMS on every (item, seed) the bank holds, through an offline pool; and per pair, how many
     of the 5 voters are wrong on their own (the item's difficulty)."""
     run_id, config = bank_run(store, benchmark, level)
-    task, roles = get_task(benchmark), RoleLibrary.load()
+    task, roles = get_benchmark(benchmark), RoleLibrary.load()
     pool = load_pool(pool_name, offline=True)
     max_tokens = config.get("max_tokens")
     params = pool.params(temperature=float(config["temperature"]),  # type: ignore[arg-type]
@@ -92,7 +91,7 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
     for item_id, seed in sorted(store.done_keys(run_id)):
         item = items[item_id]
         for name, spec in specs.items():
-            result = await executor.run(spec, task.format_prompt(item), seed=item_seed(benchmark, item.id, seed),
+            result = await executor.run(spec, task.prompt(item), seed=item_seed(benchmark, item.id, seed),
                                         vote_key=lambda text, it=item: task.extract(text, it))
             if result.status != "ok":
                 raise SystemExit(f"{benchmark} {item_id} seed {seed} {name}: {result.stop_reason}")

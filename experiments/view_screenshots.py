@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from lemon.bench.store import ResultsStore
+from lemon.evaluation.store import ResultsStore
 from lemon.inspection.explain import explain_stored, plan_stored
 from lemon.inspection.tracefile import trace_store
 from lemon.inspection.view.build import store_page

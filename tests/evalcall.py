@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
-from lemon.bench.evaluate import EvalPlan, EvalSummary, Execution, OnProgress, evaluate
-from lemon.bench.item import EvalSettings
-from lemon.bench.methods import resolve_method
-from lemon.bench.store import ResultsStore
+from lemon.evaluation.evaluate import EvalPlan, EvalSummary, Execution, OnProgress, evaluate
+from lemon.evaluation.item import EvalSettings
+from lemon.evaluation.methods import resolve_method
+from lemon.evaluation.store import ResultsStore
 
 
 def split_kw(benchmark: str, method: str, **kw: object) -> tuple[EvalSettings, EvalPlan, Execution]:

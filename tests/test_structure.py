@@ -1,6 +1,7 @@
-"""The package's shape, checked from the source with `ast` (nothing is imported, so a cycle cannot hide behind a
-lazy import): imports flow one way, spec -> llm -> runtime -> orchestrator -> bench -> train -> inspection, cli on
-top, with no cycle between modules; no function is longer than 60 lines; the evaluation's unit of work has no `Any`."""
+"""The package's shape, checked from the source with `ast` (nothing is imported, so a cycle cannot hide behind a lazy
+import): imports flow one way, spec -> llm -> runtime -> orchestrator -> sandbox -> benchmarks -> evaluation ->
+train -> inspection, cli on top, with no cycle between modules; no function is longer than 60 lines; the
+evaluation's unit of work has no `Any`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-LAYERS = ("spec", "llm", "runtime", "orchestrator", "bench", "train", "inspection", "cli")
+LAYERS = ("spec", "llm", "runtime", "orchestrator", "sandbox", "benchmarks", "evaluation", "train", "inspection",
+          "cli")
 # Leaf modules anyone may import (they import nothing of LEMON but lemon.errors).
 LEAVES = {"lemon", "lemon.errors", "lemon.files", "lemon.paths", "lemon.seeds", "lemon.yamlfile"}
 MAX_LINES = 60
@@ -61,9 +63,9 @@ def layer(name: str) -> int | None:
 
 
 def test_the_walk_sees_the_whole_package() -> None:
-    assert {"lemon.bench.item", "lemon.bench.methods", "lemon.cli.main", "lemon.spec.model"} <= set(modules())
-    assert "lemon.bench.item" in imports("lemon.bench.scale")  # lazy and module-level imports both count
-    assert "lemon.orchestrator.template" in imports("lemon.bench.methods")
+    assert {"lemon.evaluation.item", "lemon.evaluation.methods", "lemon.cli.main", "lemon.spec.model"} <= set(modules())
+    assert "lemon.evaluation.item" in imports("lemon.evaluation.scale")  # lazy and module-level imports both count
+    assert "lemon.orchestrator.template" in imports("lemon.evaluation.methods")
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
@@ -81,13 +83,14 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def test_an_upward_import_is_found() -> None:
-    graph = {"lemon.spec.model": {"lemon.bench.item", "lemon.errors"}, "lemon.bench.item": {"lemon.spec.model"}}
-    assert upward_imports(graph) == ["lemon.spec.model -> lemon.bench.item"]
+    graph = {"lemon.spec.model": {"lemon.evaluation.item", "lemon.errors"},
+             "lemon.evaluation.item": {"lemon.spec.model"}}
+    assert upward_imports(graph) == ["lemon.spec.model -> lemon.evaluation.item"]
 
 
 def test_no_upward_import() -> None:
     upward = upward_imports({name: imports(name) for name in modules()})
-    assert not upward, "imports must flow spec -> llm -> runtime -> orchestrator -> bench -> train -> cli:\n" + \
+    assert not upward, "imports must flow " + " -> ".join(LAYERS) + ":\n" + \
         "\n".join(upward)
 
 
@@ -160,7 +163,7 @@ def test_no_function_is_longer_than_60_lines() -> None:
     assert not new, f"functions over {MAX_LINES} lines (split them into named steps): {new}"
 
 
-@pytest.mark.parametrize("name", ["lemon.bench.item", "lemon.bench.methods", "lemon.bench.evaluate"])
+@pytest.mark.parametrize("name", ["lemon.evaluation.item", "lemon.evaluation.methods", "lemon.evaluation.evaluate"])
 def test_the_evaluation_unit_of_work_has_no_any(name: str) -> None:
     uses = [node.lineno for node in ast.walk(tree(name))
             if (isinstance(node, ast.Name) and node.id == "Any")

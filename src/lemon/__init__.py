@@ -1,7 +1,8 @@
 """LEMON: learning executable multi-agent orchestration.
 
 The package folders are the pipeline, in import order (nothing imports "up"):
-spec -> llm -> runtime -> orchestrator -> bench -> train, with a thin cli on top.
+spec -> llm -> runtime -> orchestrator -> sandbox -> benchmarks -> evaluation -> train -> inspection, with a
+thin cli on top.
 
 Importing LEMON sets ``OMP_WAIT_POLICY=PASSIVE`` unless it is already set; it has to happen before an OpenMP
 runtime starts (llama.cpp's and torch's both use one). Several llama.cpp models (one per capacity level) and

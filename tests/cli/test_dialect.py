@@ -93,9 +93,9 @@ def test_out_is_a_folder_for_every_command() -> None:
 
 
 def test_the_cli_defaults_are_the_librarys() -> None:
-    from lemon.bench.item import DEFAULT_TEMPERATURE as EVAL_TEMPERATURE
-    from lemon.bench.methods import method_names
     from lemon.cli.bench_cmds import _METHOD_HELP
+    from lemon.evaluation.item import DEFAULT_TEMPERATURE as EVAL_TEMPERATURE
+    from lemon.evaluation.methods import method_names
 
     assert DEFAULT_TEMPERATURE == EVAL_TEMPERATURE
     assert all(m.split(":")[0] in _METHOD_HELP for m in method_names()), "the --method help lists every method"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.datasets import load_split
+from lemon.benchmarks.registry import load_split
 from lemon.errors import DataError
 from lemon.files import read_regular
 from tests.cli.test_cli_core import GOOD, assert_clean_error, lemon

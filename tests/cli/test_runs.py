@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from lemon.bench.store import ItemRow, ResultsStore
+from lemon.evaluation.store import ItemRow, ResultsStore
 from tests.cli.test_cli_core import assert_clean_error, lemon
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from lemon.errors import ModelFileError
 from lemon.llm.embedded import EmbeddedBackend
-from tests.bench.test_cli import scripted_pool_yaml
 from tests.cli.test_cli_core import assert_clean_error, lemon
+from tests.evaluation.test_cli import scripted_pool_yaml
 
 
 def test_eval_takes_threads(tmp_path: Path, data_dir: Path, _isolated_home: Path) -> None:

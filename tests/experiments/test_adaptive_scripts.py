@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.bench.test_cli import scripted_pool_yaml
+from tests.evaluation.test_cli import scripted_pool_yaml
 
 ROOT = Path(__file__).parents[2]
 

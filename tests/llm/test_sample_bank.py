@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.baselines import baseline_spec
+from lemon.evaluation.baselines import baseline_spec
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.cache import CachedBackend, CacheOnlyBackend, SQLiteCache
 from lemon.llm.pools import load_pool
@@ -15,7 +15,7 @@ from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Executor
 from lemon.spec.model import Spec, StopRule
 from lemon.spec.roles import RoleLibrary
-from tests.bench.test_cli import scripted_pool_yaml
+from tests.evaluation.test_cli import scripted_pool_yaml
 from tests.pools import scripted_pool
 
 ROLES = RoleLibrary.load()

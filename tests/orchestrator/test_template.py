@@ -9,9 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lemon.bench.datasets import load_split
-from lemon.bench.splits import default_split
-from lemon.bench.tasks import BENCHMARKS
+from lemon.benchmarks.registry import BENCHMARKS, load_split
 from lemon.orchestrator.template import KINDS, TemplateOrchestrator, task_kind, team_spec
 from lemon.runtime.executor import required_agents
 from lemon.spec.roles import RoleLibrary
@@ -22,8 +20,8 @@ ROLES = RoleLibrary.load()
 def test_kind_of_every_benchmarks_own_prompts(data_dir: Path) -> None:
     """External truth: the benchmark's own prompt of its first 50 items is read as the benchmark's kind."""
     for name, bench in BENCHMARKS.items():
-        items = load_split(name, default_split(name), data_dir)[:50]
-        kinds = {task_kind(bench.format_prompt(it)) for it in items}
+        items = load_split(name, bench.default_split, data_dir)[:50]
+        kinds = {task_kind(bench.prompt(it)) for it in items}
         assert kinds == {bench.kind}, (name, kinds)
 
 

@@ -10,7 +10,7 @@ import hashlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lemon.bench.item import item_seed
+from lemon.evaluation.item import item_seed
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend

@@ -155,7 +155,7 @@ async def test_a_spec_with_only_dead_fields_is_skipped_for_that_reason() -> None
 
 async def test_workers_run_at_the_evaluation_temperature() -> None:
     """Review item 3: training rollouts sample workers as `lemon eval` does (0.7, the pool's max_tokens)."""
-    from lemon.bench.item import DEFAULT_TEMPERATURE
+    from lemon.evaluation.item import DEFAULT_TEMPERATURE
     from lemon.train.config import TrainConfig
     from lemon.train.workers import worker_executor
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.datasets import load_split
+from lemon.benchmarks.registry import load_split
 from lemon.errors import LemonError
 from lemon.train.tasks import load_train_tasks, split_record
 

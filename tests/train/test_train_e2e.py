@@ -27,8 +27,7 @@ TEAM = Spec(agents=(
 
 @pytest.fixture(scope="module")
 def warm_policy(tmp_path_factory: pytest.TempPathFactory, policy_dir: Path) -> Path:
-    from lemon.bench.datasets import load_split
-    from lemon.bench.tasks import BENCHMARKS
+    from lemon.benchmarks.registry import BENCHMARKS, load_split
     from lemon.spec.roles import RoleLibrary
     from lemon.train.policy import load_policy
     from lemon.train.sft import SFTExample, finetune
@@ -37,7 +36,7 @@ def warm_policy(tmp_path_factory: pytest.TempPathFactory, policy_dir: Path) -> P
     torch.set_num_threads(2)
     items = load_split("gsm8k", "train", find_data_dir())[:4]
     bench = BENCHMARKS["gsm8k"]
-    examples = [SFTExample(it.id, bench.format_prompt(it), render_spec(TEAM).text, "model", None) for it in items]
+    examples = [SFTExample(it.id, bench.prompt(it), render_spec(TEAM).text, "model", None) for it in items]
     model, tok = load_policy(str(policy_dir))
     finetune(model, tok, examples, RoleLibrary.load(), ("small", "medium", "large"), epochs=3, lr=1e-4,
              batch_size=4, seed=0)

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.datasets import load_split
-from lemon.bench.evaluate import default_split
+from lemon.benchmarks.registry import load_split
+from lemon.evaluation.evaluate import default_split
 from lemon.llm.base import ChatRequest
 from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
-from tests.bench.conftest import eval_pool
 from tests.evalcall import evaluate_kw
+from tests.evaluation.conftest import eval_pool
 
 N_ITEMS = 6
 

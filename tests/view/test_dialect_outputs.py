@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from lemon.bench.report import build_report
-from lemon.bench.store import ResultsStore
+from lemon.evaluation.report import build_report
+from lemon.evaluation.store import ResultsStore
 from tests.llm.servers import free_port
 
 from .conftest import Stored, json_out, lemon

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.datasets import load_split
-from lemon.bench.evaluate import default_split
-from lemon.bench.store import ResultsStore
+from lemon.benchmarks.registry import load_split
 from lemon.errors import LemonError
+from lemon.evaluation.evaluate import default_split
+from lemon.evaluation.store import ResultsStore
 from lemon.inspection.explain import explain_stored, plan_stored
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.pool import Pool

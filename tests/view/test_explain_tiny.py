@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.store import ResultsStore
+from lemon.evaluation.store import ResultsStore
 from lemon.llm.models import ensure_model
 from tests.evalcall import evaluate_kw
 

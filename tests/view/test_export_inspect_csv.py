@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import read_eval_log, resolve_sample_attachments
 
-from lemon.bench.store import ResultsStore
+from lemon.evaluation.store import ResultsStore
 
 from .conftest import Stored, assert_one_line_error, lemon
 

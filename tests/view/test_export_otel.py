@@ -11,7 +11,7 @@ from pathlib import Path
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from lemon.bench.store import ResultsStore
+from lemon.evaluation.store import ResultsStore
 from lemon.inspection.export_otel import build_spans
 from tests.llm.servers import free_port
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from lemon.bench.extract import extract_number
+from lemon.benchmarks.extract import extract_number
 from lemon.cli.view_cmds import render_item
 from lemon.inspection.explain import explain_spec
 from lemon.inspection.export_otel import build_spans

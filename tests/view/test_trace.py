@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from lemon.bench.store import ResultsStore, open_existing_store
 from lemon.errors import LemonError
+from lemon.evaluation.store import ResultsStore, open_existing_store
 from lemon.inspection.itemview import agent_records
 from lemon.llm.base import ChatRequest
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime.trace import Trace
-from tests.bench.conftest import eval_pool
 from tests.evalcall import evaluate_kw
+from tests.evaluation.conftest import eval_pool
 
 from .conftest import Stored, assert_one_line_error, json_out, lemon
 

@@ -11,8 +11,8 @@ from urllib.parse import quote
 import pytest
 from selenium.webdriver.common.by import By
 
-from lemon.bench.report import mcnemar_exact
-from lemon.bench.store import ItemRow, ResultsStore
+from lemon.evaluation.report import mcnemar_exact
+from lemon.evaluation.store import ItemRow, ResultsStore
 from lemon.inspection.explain import explain_stored, plan_stored
 from lemon.inspection.view.build import store_page
 

@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 from selenium.webdriver.common.by import By
 
-from lemon.bench.store import ResultsStore
+from lemon.evaluation.store import ResultsStore
 from lemon.inspection.tracefile import trace_store
 from lemon.inspection.view.build import store_page
 from lemon.llm.cache import CachedBackend, SQLiteCache

@@ -1,4 +1,4 @@
-"""`lemon eval` and `lemon report`: thin typer commands over `lemon.bench.evaluate` and `lemon.bench.report`.
+"""`lemon eval` and `lemon report`: thin typer commands over `lemon.evaluation.evaluate` and `lemon.evaluation.report`.
 
 The lead registers them on the main app with `register(app)`. Option parsing only; the work is in the library.
 """
@@ -13,7 +13,6 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from lemon.bench.methods import method_help, shown_level
 from lemon.cli.options import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_POOL,
@@ -35,6 +34,7 @@ from lemon.cli.options import (
     opt,
 )
 from lemon.errors import LemonError
+from lemon.evaluation.methods import method_help, shown_level
 
 _METHOD_HELP = method_help()
 _COMPARE_HELP = ("Paired exact McNemar test of two methods (or run ids), e.g. --compare cot,sc-cot; repeat it "
@@ -52,7 +52,8 @@ def _parse_shard(text: str | None) -> tuple[int, int] | None:
 
 
 def eval_cmd(
-    benchmark: Annotated[str, typer.Argument(help="gsm8k, svamp, aqua, multiarith, mmlu or humaneval.")],
+    benchmark: Annotated[str, typer.Argument(help="gsm8k, svamp, aqua, multiarith, mmlu or humaneval "
+                                                  "(or module:OBJECT, a benchmark defined elsewhere).")],
     method: Annotated[str, typer.Option("--method", "-m", help=_METHOD_HELP)],
     split: Annotated[str | None, typer.Option(help="Split (default: the evaluation split).")] = None,
     limit: LimitOpt = None,
@@ -93,10 +94,10 @@ def eval_cmd(
     first 8 items all fail); 3 some items ended in error (counted in the summary; re-run with --retry-errors);
     4 --budget-tokens-total ran out before every item was computed.
     """
-    from lemon.bench.evaluate import EvalPlan, Execution
-    from lemon.bench.item import EvalSettings
-    from lemon.bench.methods import resolve_method
     from lemon.cli.session import endpoint_pool
+    from lemon.evaluation.evaluate import EvalPlan, Execution
+    from lemon.evaluation.item import EvalSettings
+    from lemon.evaluation.methods import resolve_method
 
     check_worker_options(max_tokens=max_tokens, temperature=temperature)
     apply_threads(threads)
@@ -112,8 +113,8 @@ def eval_cmd(
 
 def _evaluate_and_report(settings: Any, plan: Any, store: Path | None, execution: Any) -> None:
     """Evaluate under a progress bar, print the summary and where to see the run; exit with its status."""
-    from lemon.bench.evaluate import evaluate, exit_status, summary_lines
     from lemon.cli.progress import eval_progress_bar
+    from lemon.evaluation.evaluate import evaluate, exit_status, summary_lines
 
     console, err_console = consoles()
     with eval_progress_bar(err_console) as on_progress:
@@ -144,7 +145,7 @@ def _print_summary(console: Any, summary: Any, summary_lines: Any) -> None:
 
 def _uses_level(method: str) -> bool:
     """Only a fixed baseline puts every agent at one `--level`; orchestrators choose levels per agent."""
-    from lemon.bench.methods import uses_level
+    from lemon.evaluation.methods import uses_level
 
     return uses_level(method)
 
@@ -182,9 +183,9 @@ def report_cmd(
     compare: Annotated[list[str] | None, typer.Option(help=_COMPARE_HELP)] = None,
 ) -> None:
     """Tables of accuracy (mean ± std over seeds) and tokens per benchmark, paired tests, and a plot."""
-    from lemon.bench.report import build_report
-    from lemon.bench.store import ResultsStore, default_store_path
     from lemon.cli.options import output_file
+    from lemon.evaluation.report import build_report
+    from lemon.evaluation.store import ResultsStore, default_store_path
 
     console = consoles().out
     path = store or default_store_path()

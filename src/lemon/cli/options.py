@@ -29,7 +29,7 @@ DEFAULT_POOL = "cpu"
 # One worker generation limit for run, exec, eval and explain. The `tiny` pool's own default (128) cut
 # chain-of-thought answers mid-sentence in `eval` while `run` and `exec` used 384 on the same pool.
 DEFAULT_MAX_TOKENS = 384
-DEFAULT_TEMPERATURE = 0.7  # as lemon.bench.evaluate.DEFAULT_TEMPERATURE (a test keeps them equal)
+DEFAULT_TEMPERATURE = 0.7  # as lemon.evaluation.evaluate.DEFAULT_TEMPERATURE (a test keeps them equal)
 
 STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
 

@@ -17,7 +17,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from lemon.bench.evaluate import EvalProgress, OnProgress
+from lemon.evaluation.evaluate import EvalProgress, OnProgress
 
 
 @contextmanager

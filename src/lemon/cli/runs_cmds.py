@@ -15,10 +15,10 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from lemon.bench.methods import shown_level
-from lemon.bench.store import ResultsStore, RunInfo
 from lemon.cli.options import LemonTyper, StoreOpt, consoles
 from lemon.errors import LemonError
+from lemon.evaluation.methods import shown_level
+from lemon.evaluation.store import ResultsStore, RunInfo
 
 runs_app = LemonTyper(help="List and delete the runs of a results store (with their items and traces).",
                       invoke_without_command=True)
@@ -28,14 +28,14 @@ MethodFilter = Annotated[str | None, typer.Option("--method", "-m", help="Only r
 
 
 def _store_path(store: Path | None) -> Path:
-    from lemon.bench.store import default_store_path
+    from lemon.evaluation.store import default_store_path
 
     return store or default_store_path()
 
 
 def _selected(db: object, run_ids: list[str] | None, benchmark: str | None, method: str | None) -> list:  # type: ignore[type-arg]
     """The runs named (ids or unique prefixes) or, without names, every run; then the filters."""
-    from lemon.bench.store import ResultsStore
+    from lemon.evaluation.store import ResultsStore
 
     assert isinstance(db, ResultsStore)
     runs = [db.resolve_run(r) for r in run_ids] if run_ids else db.runs()
@@ -58,7 +58,7 @@ def _default(ctx: typer.Context, store: StoreOpt = None, benchmark: BenchmarkFil
 def list_cmd(store: StoreOpt = None, benchmark: BenchmarkFilter = None, method: MethodFilter = None,
              as_json: JsonFlag = False) -> None:
     """One row per run: id, benchmark, split, method, pool, level, seeds, items stored of those requested."""
-    from lemon.bench.store import open_existing_store
+    from lemon.evaluation.store import open_existing_store
 
     path = _store_path(store)
     with open_existing_store(path) as db:
@@ -126,7 +126,7 @@ def delete_cmd(
 
     With no RUN_IDS a filter is required (deleting a whole store is `rm` of the file). An evaluation of a run
     deleted meanwhile stops at its next result with one line, storing nothing more."""
-    from lemon.bench.store import open_existing_store
+    from lemon.evaluation.store import open_existing_store
 
     if orphans and (run_ids or benchmark is not None or method is not None):
         raise LemonError("--orphans removes the rows of already deleted runs; give it without run ids or filters")

@@ -17,7 +17,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from lemon.bench.methods import shown_level
 from lemon.cli.options import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_POOL,
@@ -32,11 +31,12 @@ from lemon.cli.options import (
     output_file,
 )
 from lemon.errors import LemonError
+from lemon.evaluation.methods import shown_level
 from lemon.inspection.tracefile import open_source
 
 
 def _store_path(store: Path | None) -> Path:
-    from lemon.bench.store import default_store_path
+    from lemon.evaluation.store import default_store_path
 
     return store or default_store_path()
 

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lemon.bench.store import ItemRow, ResultsStore, RunInfo
 from lemon.errors import LemonError, SpecError
+from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.llm.base import GenParams, request_key
 from lemon.llm.pool import Pool
 from lemon.runtime import Budget, Executor, NodeCache, NodeOutput, RunResult, required_agents
@@ -268,7 +268,7 @@ def spec_of_trace(trace: dict[str, Any], roles: RoleLibrary, levels: Sequence[st
 
 
 def load_item(run: RunInfo, item_id: str, data_dir: Any) -> Any:
-    from lemon.bench.datasets import load_split
+    from lemon.benchmarks.registry import load_split
 
     for item in load_split(run.benchmark, run.split, data_dir=data_dir):
         if str(item.id) == item_id:
@@ -293,16 +293,16 @@ class StoredPlan:
 def plan_stored(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *, data_dir: Any = None,
                 max_edits: int | None = None, budget_tokens: int | None = None) -> StoredPlan:
     """Everything needed to explain (run, item, seed): spec, task, checker, primed cache, and the edit plan."""
-    from lemon.bench.item import item_seed
-    from lemon.bench.tasks import get_task
+    from lemon.benchmarks.registry import get_benchmark
+    from lemon.evaluation.item import item_seed
 
     if row.status != "ok":
         raise LemonError(f"item {row.item_id} seed {row.seed} ended with status {row.status} ({row.stop_reason}); "
                          "only runs that finished can be explained")
     roles = RoleLibrary.load()
-    task_def = get_task(run.benchmark)
+    task_def = get_benchmark(run.benchmark)
     item = load_item(run, row.item_id, data_dir)
-    task = trace.get("task") or task_def.format_prompt(item)
+    task = trace.get("task") or task_def.prompt(item)
     spec = spec_of_trace(trace, roles, pool.level_names)
     executor = executor_for_run(run, pool, roles)
     seed = int((trace.get("system") or {}).get("seed", item_seed(run.benchmark, item.id, row.seed)))
@@ -312,7 +312,7 @@ def plan_stored(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *
         pred = task_def.extract(answer, item)
         if pred is None:
             return None, False
-        if task_def.kind == "code":
+        if task_def.sandboxed:
             return pred, asyncio.to_thread(task_def.check, pred, item)
         return pred, task_def.check(pred, item)
 
@@ -336,7 +336,7 @@ def _early_stops(trace: dict[str, Any]) -> dict[str, Any]:
 def gold_checker(kind: str, gold: str | None) -> Checker:
     """(extracted answer, right) of an answer of this kind; right is None without a gold answer (or for code,
     which only a benchmark's tests can judge), and the edits then say whether the extracted answer changed."""
-    from lemon.bench.extract import numbers_equal
+    from lemon.benchmarks.extract import numbers_equal
     from lemon.inspection.tracefile import answer_extractor
 
     extract = answer_extractor(kind) or (lambda text: text.strip() or None)
@@ -404,7 +404,7 @@ async def explain_spec(spec: Spec, task: str, pool: Pool, *, seed: int = 0, para
                        on_edit: Callable[[EditOutcome], None] | None = None) -> Attribution:
     """Run `spec` on `task`, then each applicable edit; with `gold` (a number) the edits are scored right/wrong,
     without it each says whether the answer changed."""
-    from lemon.bench.extract import extract_number, numbers_equal
+    from lemon.benchmarks.extract import extract_number, numbers_equal
 
     roles = RoleLibrary.load()
     executor = Executor(pool, roles, params=params or pool.defaults)

@@ -17,8 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lemon.bench.store import ItemRow, ResultsStore, RunInfo
 from lemon.errors import LemonError
+from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 
 
 def _iso(ts: float) -> str:

@@ -28,8 +28,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from lemon.bench.store import ItemRow, ResultsStore, RunInfo
 from lemon.errors import LemonError
+from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.inspection.itemview import agent_records, stop_event
 
 _PROVIDERS = {"embedded": "llama.cpp", "openai": "openai"}

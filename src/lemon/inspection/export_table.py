@@ -8,7 +8,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from lemon.bench.store import ItemRow, ResultsStore, RunInfo
+from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 
 COLUMNS = ("run_id", "benchmark", "split", "method", "pool", "level", "temperature", "item_id", "seed", "correct",
            "prediction", "gold", "status", "stop_reason", "total_tokens", "prompt_tokens", "completion_tokens",

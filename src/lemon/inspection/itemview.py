@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lemon.bench.store import ItemRow, ResultsStore, RunInfo
 from lemon.errors import LemonError
+from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lemon.bench.store import ItemRow, ResultsStore, RunInfo
 from lemon.errors import LemonError
+from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.paths import runs_dir
 
 TRACE_PREFIX = "trace-"
@@ -26,7 +26,7 @@ Extractor = Callable[[str], "str | None"]
 
 def answer_extractor(kind: str | None) -> Extractor | None:
     """How the answer of a task of this kind is read from an agent's text (None: the whole text is the answer)."""
-    from lemon.bench.extract import extract_choice, extract_code, extract_number
+    from lemon.benchmarks.extract import extract_choice, extract_code, extract_number
 
     return {"number": extract_number, "choice": extract_choice, "code": extract_code}.get(str(kind))
 
@@ -164,7 +164,7 @@ def open_source(target: str | None, store: Path) -> Source:
     """The store or trace file `target` names: a trace file (path or trace id of `lemon run`), a store file, or
     a run id (or unique prefix) of `store`; None: `store` with no run chosen. Run ids of the store win over
     trace ids; a name that is neither is one line naming both places looked in."""
-    from lemon.bench.store import open_existing_store
+    from lemon.evaluation.store import open_existing_store
 
     if target is None:
         return Source(open_existing_store(store), None)

@@ -1,5 +1,5 @@
 """Which agents a counterfactual re-run recomputes, and what it will cost: one answer for the trainer's budget
-(`train.rollout`) and `lemon explain`'s plan (`bench.explain`), which used to compute it twice.
+(`train.rollout`) and `lemon explain`'s plan (`inspection.explain`), which used to compute it twice.
 
 Everything else of an edited spec is a node-cache hit: an edit changes the request of its own agent and,
 through its output, of every descendant the edited spec still runs. Two exceptions: an edit that changes no

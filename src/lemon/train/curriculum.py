@@ -38,7 +38,7 @@ class Uncertainty:
 async def single_agent_success(executor: Executor, task: TrainTask, *, level: str, samples: int,
                                seed: int) -> float:
     """Fraction of `samples` worker seeds for which one CoT agent at `level` answers `task` right."""
-    from lemon.bench.baselines import baseline_spec
+    from lemon.evaluation.baselines import baseline_spec
 
     spec = validate_spec(baseline_spec("cot", task.kind, level=level), executor.roles, executor.pool.level_names)
     state = await score_group(executor, task, [render_spec(spec).text], roles=executor.roles,

@@ -1,6 +1,6 @@
 """Training tasks: items of a benchmark's TRAIN split, with the benchmark's own prompt and checker.
 
-Training draws only from `lemon.bench.splits.train_split`, which is disjoint from every evaluation split by
+Training draws only from the benchmark's `train_split`, which is disjoint from every evaluation split by
 construction; the split name and item ids are recorded in the run directory so that anyone can check it.
 """
 
@@ -12,13 +12,11 @@ import itertools
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from lemon.benchmarks.base import Benchmark, Item
+from lemon.benchmarks.registry import get_benchmark
+from lemon.benchmarks.splits import get_split, load_split, split_definition
 from lemon.errors import LemonError
-
-if TYPE_CHECKING:
-    from lemon.bench.datasets import Item
-    from lemon.bench.tasks import BenchmarkTask
 
 
 @dataclass(frozen=True)
@@ -41,26 +39,14 @@ async def is_correct(task: TrainTask, answer: str) -> bool:
     return bool(await asyncio.to_thread(task.grade, answer))
 
 
-def _benchmark_task(benchmark: str) -> BenchmarkTask:
-    try:
-        from lemon.bench.tasks import BENCHMARKS
-    except ImportError as exc:
-        raise LemonError(f"benchmark definitions are unavailable (lemon.bench.tasks: {exc}); "
-                         "update LEMON to a version that has them") from None
-    try:
-        return BENCHMARKS[benchmark]
-    except KeyError:
-        raise LemonError(f"unknown benchmark {benchmark!r}; valid: {', '.join(sorted(BENCHMARKS))}") from None
-
-
-def make_task(bench: BenchmarkTask, item: Item) -> TrainTask:
+def make_task(bench: Benchmark, item: Item) -> TrainTask:
     """Wrap one benchmark item: grade = the benchmark's checker on its extracted answer."""
 
     def grade(text: str) -> bool:
         pred = bench.extract(text, item)
         return pred is not None and bool(bench.check(pred, item))
 
-    return TrainTask(id=str(item.id), prompt=bench.format_prompt(item), grade=grade,
+    return TrainTask(id=str(item.id), prompt=bench.prompt(item), grade=grade,
                      vote_key=lambda text: bench.extract(text, item), kind=bench.kind)
 
 
@@ -74,18 +60,15 @@ def load_train_tasks(benchmark: str, *, split: str | None = None, limit: int | N
     Naming an evaluation split is refused unless `allow_eval_split` (only the held-out validity check of
     SFT output may look at other items, and it never trains on them).
     """
-    from lemon.bench import splits
-    from lemon.bench.datasets import load_split
-
     if "," in benchmark:
         return _mixture(benchmark, split=split, limit=limit, offset=offset, data_dir=data_dir)
-    bench = _benchmark_task(benchmark)
-    name = split or splits.train_split(benchmark)
-    role = splits.get_split(benchmark, name).role
+    bench = get_benchmark(benchmark)
+    name = split or bench.train_split
+    role = get_split(bench, name).role
     if role != "train" and not allow_eval_split:
         raise LemonError(f"split {benchmark}/{name} is a {role} split; training uses only the train split "
-                         f"{splits.train_split(benchmark)!r}")
-    items: Sequence[Item] = load_split(benchmark, name, data_dir)
+                         f"{bench.train_split!r}")
+    items: Sequence[Item] = load_split(bench, name, data_dir)
     items = items[offset:] if limit is None else items[offset:offset + limit]
     if not items:
         raise LemonError(f"{benchmark}/{name} has no items at offset {offset} (limit {limit})")
@@ -110,12 +93,10 @@ def _mixture(benchmarks: str, *, split: str | None, limit: int | None, offset: i
 def split_record(benchmark: str, split: str, tasks: Sequence[TrainTask]) -> dict[str, object]:
     """What run.json records about the data: the split's definition and the exact item ids used (for a mixture,
     one record per benchmark)."""
-    from lemon.bench import splits
-
     if "," in benchmark:
         names, parts = benchmark.split(","), split.split("+")
         return {"benchmark": benchmark, "split": split, "item_ids": [t.id for t in tasks],
                 "mixture": [split_record(b.strip(), sp, [t for t in tasks if t.id.startswith(f"{b.strip()}/")])
                             for b, sp in zip(names, parts, strict=True)]}
-    return {"benchmark": benchmark, "split": split, "definition": splits.split_definition(benchmark, split),
+    return {"benchmark": benchmark, "split": split, "definition": split_definition(get_benchmark(benchmark), split),
             "item_ids": [t.id for t in tasks]}

@@ -51,7 +51,7 @@ def live_spec(spec: Spec) -> Spec:
 
 def candidate_specs(kind: str, roles: RoleLibrary, levels: Sequence[str]) -> list[tuple[str, Spec]]:
     """(label, spec) of the fixed candidates: the default team, and each baseline at every level."""
-    from lemon.bench.baselines import baseline_spec
+    from lemon.evaluation.baselines import baseline_spec
     from lemon.orchestrator.template import team_spec
 
     out = [("template", team_spec(kind, roles, levels))]  # type: ignore[arg-type]

@@ -18,9 +18,9 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from lemon.bench.methods import shown_level
-from lemon.bench.report import paired_compare
-from lemon.bench.store import ItemRow, ResultsStore, RunInfo
+from lemon.evaluation.methods import shown_level
+from lemon.evaluation.report import paired_compare
+from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.inspection.itemview import shown_status
 from lemon.inspection.view.train import DEFAULT_MAX_STEPS, training_data
 

@@ -3,7 +3,7 @@
 Reads what the trainer writes (`lemon.train.run_dir`): `metrics.jsonl` (one row per step), `samples.jsonl`
 (every sampled spec with its reward and counterfactual: family, field, Δ and the field's character span in the
 completion) and `run.json` (settings and config). It reads the files only, never imports `lemon.train`
-(bench sits below train).
+(inspection sits above train).
 
 The heat map recomputes what `grpo.build_batch` puts on the completion, per CHARACTER (the trainer works per
 token; the page says so): the group advantage (reward − the mean reward of its (step, task) group) on every

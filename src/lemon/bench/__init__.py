@@ -1,1 +1,0 @@
-"""Benchmarks: datasets, splits, answer extraction, sandbox, baselines as specs, evaluation, reports."""

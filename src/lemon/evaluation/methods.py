@@ -1,0 +1,285 @@
+"""Evaluation methods as typed objects: the one place that knows what a `--method` value means.
+
+A method writes the spec of each (item, seed) and knows its own identity. Baselines (`baselines.py`) return
+their fixed spec; `template`, `prompted` and `trained:PATH` wrap their orchestrator (the `Orchestrator`
+protocol of `lemon.orchestrator.base`). The evaluation harness only sees `Method` and `SpecWriter`, so it never
+compares method names; `resolve_method` is the only parser of a `--method` value.
+
+Adding a method = one class with `name`, `identity()` and `bind()` (in its own module if it is large) plus
+one entry in `_METHODS` below; the CLI help and the error message for an unknown method follow from the table.
+
+A `Method` is a small frozen dataclass so it pickles into Ray workers; `bind` builds the live part (models,
+connections) once per process, from a `MethodEnv`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from lemon.errors import LemonError
+
+if TYPE_CHECKING:  # the rest is imported where it is used: the CLI reads the table at startup, fast
+    from lemon.llm.pool import Pool
+    from lemon.orchestrator.base import Orchestrator, Proposal
+    from lemon.orchestrator.prompted import PromptedOrchestrator
+    from lemon.orchestrator.trained import TrainedOrchestrator
+    from lemon.runtime.budget import TokenLedger
+    from lemon.spec.model import Spec
+    from lemon.spec.roles import RoleLibrary
+
+# `baselines.method_names()`, in report order; written out so that reading the table does not import the spec
+# model (pydantic), and checked against it by tests/evaluation/test_methods.py.
+BASELINES = ("vanilla", "cot", "sc-cot", "esc", "asc", "chain", "tree", "complete", "random")
+# What a run of a method that picks each agent's level shows as its level (it is stored under a nominal one).
+CHOSEN_LEVEL = "chosen by the method"
+
+
+def uses_level(method: str) -> bool:
+    """Only a fixed baseline puts every agent at one `--level`; `template`, `prompted` and `trained:PATH`
+    choose each agent's level, so the level their runs are stored under (for stable run ids) means nothing."""
+    return method in BASELINES
+
+
+def shown_level(method: str, level: str) -> str:
+    """A stored run's level as `lemon runs`, `lemon report` and the viewer show it (issue 25: the template's
+    runs read `medium`, though it picks levels itself)."""
+    return level if uses_level(method) else CHOSEN_LEVEL
+
+
+def run_label(method: str, level: str) -> str:
+    """`method@level` for a baseline, the method alone for one that picks levels (short, for tables)."""
+    return f"{method}@{level}" if uses_level(method) else method
+
+
+@dataclass(frozen=True)
+class MethodEnv:
+    """What a method builds its spec writer from, once per process."""
+
+    pool: Pool
+    roles: RoleLibrary
+    kind: str  # the benchmark's answer kind: number, choice or code
+    level: str  # the capacity of every baseline agent
+    n_agents: int | None = None  # agents of the sized baselines (None: their default)
+
+
+@dataclass(frozen=True)
+class Written:
+    """The spec of one (item, seed), with the orchestrator's proposal when one wrote it."""
+
+    spec: Spec
+    proposal: Proposal | None = None
+
+
+class SpecWriter(Protocol):
+    """A method bound to one process's pool: writes the spec of each item."""
+
+    async def write(self, task: str, *, seed: int, ledger: TokenLedger | None = None) -> Written:
+        """The spec for `task`; an orchestrator's worst case is reserved on `ledger` first (if any)."""
+        ...
+
+
+class Method(Protocol):
+    """One `--method` value: its name (as stored in runs), its identity, and how it writes specs."""
+
+    @property
+    def name(self) -> str: ...
+
+    def identity(self) -> str | None:
+        """What else identifies the method's results beyond its name (None: the name is enough)."""
+        ...
+
+    def bind(self, env: MethodEnv) -> SpecWriter: ...
+
+
+# ---- baselines: a fixed spec --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _FixedSpecs:
+    name: str
+    env: MethodEnv
+
+    def spec(self, seed: int) -> Spec:
+        from lemon.evaluation.baselines import baseline_spec
+        from lemon.spec.validate import validate_spec
+
+        e = self.env
+        spec = baseline_spec(self.name, e.kind, level=e.level, seed=seed, n=e.n_agents)
+        return validate_spec(spec, e.roles, e.pool.level_names)
+
+    async def write(self, task: str, *, seed: int, ledger: TokenLedger | None = None) -> Written:
+        return Written(self.spec(seed))
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A fixed topology of `baselines.py`; only `random` uses the seed (its graph is drawn per item and seed)."""
+
+    name: str
+
+    def identity(self) -> str | None:
+        return None
+
+    def bind(self, env: MethodEnv) -> SpecWriter:
+        writer = _FixedSpecs(self.name, env)
+        writer.spec(0)  # a bad --agents or --level fails here, before any item runs
+        return writer
+
+
+# ---- orchestrators: a proposal per item ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Orchestrated:
+    orchestrator: Orchestrator
+    token_bound: Callable[[str], int]  # the most tokens one proposal for a task can cost
+
+    async def write(self, task: str, *, seed: int, ledger: TokenLedger | None = None) -> Written:
+        if ledger is None:
+            proposal = await self.orchestrator.propose(task, seed=seed)
+            return Written(proposal.spec, proposal)
+        bound = self.token_bound(task)
+        held = await ledger.reserve(bound, bound, what="the orchestrator")
+        spent = held  # failed or cut off: it may have been billed
+        try:
+            proposal = await self.orchestrator.propose(task, seed=seed)
+            spent = proposal.tokens
+            return Written(proposal.spec, proposal)
+        finally:
+            ledger.settle(held, spent)
+
+
+@dataclass(frozen=True)
+class Template:
+    """The default orchestration: a team per answer kind from a data file (no model call)."""
+
+    name: str = "template"
+
+    def identity(self) -> str | None:
+        """The teams themselves (not the comments of their data file): a run written by one team is never
+        resumed by another (the number team became a stop-rule vote on 2026-11-24; the run id did not move)."""
+        from lemon.orchestrator.template import teams_data
+
+        data = json.dumps(teams_data(), sort_keys=True, separators=(",", ":")).encode()
+        return "teams:" + hashlib.sha256(data).hexdigest()[:16]
+
+    def bind(self, env: MethodEnv) -> SpecWriter:
+        from lemon.orchestrator.template import TemplateOrchestrator
+
+        return _Orchestrated(TemplateOrchestrator(env.roles, env.pool.level_names), lambda task: 0)
+
+
+def prompted_token_bound(orchestrator: PromptedOrchestrator, task: str) -> int:
+    """The prompted orchestrator's worst case: a bound on its prompt plus its generation limit."""
+    from lemon.runtime.budget import prompt_token_bound
+
+    return prompt_token_bound(orchestrator.messages(task)) + orchestrator.max_tokens
+
+
+def trained_token_bound(orchestrator: TrainedOrchestrator, task: str) -> int:
+    """The trained policy's worst case: a bound on its prompt plus its generation limit."""
+    from lemon.llm.base import Message
+    from lemon.orchestrator.policy_prompt import policy_messages
+    from lemon.runtime.budget import prompt_token_bound
+
+    messages = policy_messages(task, orchestrator.roles, orchestrator.levels)
+    return (prompt_token_bound([Message(m["role"], m["content"]) for m in messages])  # type: ignore[arg-type]
+            + orchestrator.max_new_tokens)
+
+
+@dataclass(frozen=True)
+class Prompted:
+    """A pool model writes the spec under a JSON schema (the untrained orchestrator)."""
+
+    name: str = "prompted"
+
+    def identity(self) -> str | None:
+        return None
+
+    def bind(self, env: MethodEnv) -> SpecWriter:
+        from lemon.orchestrator.prompted import PromptedOrchestrator
+
+        orchestrator = PromptedOrchestrator(env.pool, env.roles)
+        return _Orchestrated(orchestrator, functools.partial(prompted_token_bound, orchestrator))
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A trained policy (model directory, run directory or .gguf) writes the spec."""
+
+    path: str
+
+    @property
+    def name(self) -> str:
+        return f"trained:{self.path}"
+
+    def identity(self) -> str | None:
+        """The sha256 of the policy's weights and config.
+
+        The path alone does not identify a policy (lemon train rewrites `final/` in place), so, as with pool
+        files, a different model at the same path starts a new run instead of resuming into another model's
+        results.
+        """
+        from lemon.orchestrator.trained import resolve_policy_path
+
+        path = resolve_policy_path(self.path)
+        files = [path] if path.is_file() else sorted(
+            f for f in path.iterdir() if f.suffix in {".safetensors", ".bin", ".gguf"} or f.name == "config.json")
+        digest = hashlib.sha256()
+        for f in files:
+            digest.update(f.name.encode("utf-8") + b"\x00")
+            with f.open("rb") as fh:
+                for block in iter(functools.partial(fh.read, 1 << 22), b""):
+                    digest.update(block)
+        return "sha256:" + digest.hexdigest()[:16]
+
+    def bind(self, env: MethodEnv) -> SpecWriter:
+        from lemon.orchestrator.trained import TrainedOrchestrator  # resolves the path; says if it is missing
+
+        orchestrator = TrainedOrchestrator(self.path, env.roles, env.pool.level_names)
+        return _Orchestrated(orchestrator, functools.partial(trained_token_bound, orchestrator))
+
+
+# ---- the table ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Entry:
+    make: Callable[[str], Method]  # from the text after `name:` ("" for a plain name)
+    shown: str  # how the help and error messages write it
+    note: str = ""
+    takes_arg: bool = False
+
+
+_METHODS: dict[str, _Entry] = {
+    **{n: _Entry(Baseline, n) for n in BASELINES},
+    "template": _Entry(lambda _: Template(), "template", "the default orchestration"),
+    "prompted": _Entry(lambda _: Prompted(), "prompted"),
+    "trained": _Entry(Trained, "trained:PATH", takes_arg=True),
+}
+
+
+
+def method_names() -> tuple[str, ...]:
+    """Valid `--method` values, as shown in help and error messages."""
+    return tuple(e.shown for e in _METHODS.values())
+
+
+def method_help() -> str:
+    """The `--method` help line, e.g. 'vanilla, cot, ..., template (the default orchestration), ...'."""
+    shown = [f"{e.shown} ({e.note})" if e.note else e.shown for e in _METHODS.values()]
+    return ", ".join(shown[:-1]) + f", or {shown[-1]}."
+
+
+def resolve_method(value: str) -> Method:
+    """The method a `--method` value names, or a one-line LemonError listing the valid ones."""
+    head, sep, arg = value.partition(":")
+    entry = _METHODS.get(head)
+    if entry is not None and entry.takes_arg == bool(sep) and (arg or not entry.takes_arg):
+        return entry.make(arg if entry.takes_arg else head)
+    raise LemonError(f"unknown method {value!r}; valid: {', '.join(method_names())}")

@@ -1,0 +1,42 @@
+"""A method that picks each agent's level (`template`, `prompted`, `trained:PATH`) is stored under a nominal
+level (`medium`, so its run ids stay stable); issue 25: `lemon runs`, `lemon report` and the viewer showed that
+`medium` as if the method ran there. They show "chosen by the method"; a fixed baseline keeps its level."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lemon.cli.view_cmds import _items_table
+from lemon.evaluation.report import build_report
+from lemon.evaluation.store import ResultsStore
+from lemon.inspection.view.build import _run_json
+from tests.cli.test_cli_core import lemon
+from tests.evaluation.test_report import _fill
+
+CHOSEN_LEVEL = "chosen by the method"  # as lemon.evaluation.methods.CHOSEN_LEVEL
+
+
+def _store(path: Path) -> None:
+    items = [str(i) for i in range(4)]
+    with ResultsStore(path) as store:
+        _fill(store, "tmpl0001", "template", {(i, 0): True for i in items}, 1, 30)
+        _fill(store, "cot00001", "cot", {(i, 0): k < 2 for k, i in enumerate(items)}, 1, 10)
+
+
+def test_report_and_viewer_show_the_level_as_chosen_by_the_method(tmp_path: Path) -> None:
+    _store(tmp_path / "r.sqlite")
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        md = build_report(store, compare=[("template", "cot")]).markdown
+        runs = {r.method: r for r in store.runs()}
+    assert f"| template | test | 4 | 1 | tiny | {CHOSEN_LEVEL} |" in md
+    assert "| cot | test | 4 | 1 | tiny | medium |" in md
+    assert "### Paired test: template vs cot@medium (test, pool tiny)" in md
+    assert _run_json(runs["template"])["level"] == CHOSEN_LEVEL and _run_json(runs["cot"])["level"] == "medium"
+    assert f"level {CHOSEN_LEVEL}" in str(_items_table(runs["template"], []).title)
+
+
+def test_runs_lists_the_level_as_chosen_by_the_method(tmp_path: Path, _isolated_home: Path) -> None:
+    _store(tmp_path / "r.sqlite")
+    proc = lemon("runs", "--store", str(tmp_path / "r.sqlite"), "--method", "template", home=_isolated_home)
+    assert proc.returncode == 0, proc.stderr
+    assert " ".join(proc.stdout.split()).count("medium") == 0 and "chosen" in proc.stdout

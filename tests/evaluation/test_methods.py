@@ -1,0 +1,112 @@
+"""The Method seam: every `--method` value resolves to an object that knows its name and identity and writes
+specs; nothing outside `bench/methods.py` dispatches on method names."""
+
+from __future__ import annotations
+
+import ast
+import pickle
+from pathlib import Path
+
+import pytest
+
+from lemon.errors import LemonError
+from lemon.evaluation import baselines
+from lemon.evaluation.methods import BASELINES, Baseline, MethodEnv, Trained, method_help, method_names, resolve_method
+from lemon.spec.roles import RoleLibrary
+from tests.pools import LEVELS, scripted_pool
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "lemon"
+
+
+def test_the_table_lists_every_baseline_then_the_orchestrators() -> None:
+    assert baselines.method_names() == BASELINES  # written out for a fast CLI start: they must agree
+    assert method_names() == (*baselines.method_names(), "template", "prompted", "trained:PATH")
+    # the CLI help is the table's, word for word what it was when it was hard-coded
+    assert method_help() == ("vanilla, cot, sc-cot, esc, asc, chain, tree, complete, random, template (the default "
+                             "orchestration), prompted, or trained:PATH.")
+
+
+@pytest.mark.parametrize("value", [*BASELINES, "template", "prompted", "trained:some/dir", "trained:C:\\m.gguf"])
+def test_every_valid_value_resolves_to_a_method_named_as_given(value: str) -> None:
+    method = resolve_method(value)
+    assert method.name == value  # the name goes into the run id: it must be the value as typed
+    assert pickle.loads(pickle.dumps(method)) == method  # it travels to Ray workers
+
+
+@pytest.mark.parametrize("value", ["magic", "trained", "trained:", "cot:x", "prompted:x", "", "Vanilla"])
+def test_an_unknown_value_is_one_line_listing_the_valid_ones(value: str) -> None:
+    with pytest.raises(LemonError, match=r"^unknown method .*; valid: vanilla, cot, .*trained:PATH$"):
+        resolve_method(value)
+
+
+def test_only_a_trained_policy_has_an_identity_beyond_its_name(tmp_path: Path) -> None:
+    assert all(resolve_method(v).identity() is None for v in (*BASELINES, "prompted"))
+    assert str(resolve_method("template").identity()).startswith("teams:")  # a new team is a new run
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(b"w")
+    assert isinstance(resolve_method(f"trained:{tmp_path}"), Trained)
+    assert str(resolve_method(f"trained:{tmp_path}").identity()).startswith("sha256:")
+
+
+def _env(kind: str = "number", n_agents: int | None = None, level: str = "small") -> MethodEnv:
+    from lemon.llm.scripted import ScriptedBackend
+
+    return MethodEnv(pool=scripted_pool(ScriptedBackend("s")), roles=RoleLibrary.load(), kind=kind, level=level,
+                     n_agents=n_agents)
+
+
+async def test_a_baseline_writes_its_fixed_spec_and_random_draws_its_graph_from_the_seed() -> None:
+    cot = await resolve_method("cot").bind(_env()).write("task", seed=1)
+    assert cot.proposal is None and [a.name for a in cot.spec.agents] == ["solver"]
+    writer = Baseline("random").bind(_env(n_agents=5))
+    graphs = {tuple((a.name, a.depends_on) for a in (await writer.write("t", seed=s)).spec.agents) for s in range(8)}
+    assert len(graphs) > 1  # the seed draws the graph...
+    again = await writer.write("t", seed=3)
+    assert again.spec == (await writer.write("t", seed=3)).spec  # ...deterministically
+
+
+def test_a_bad_baseline_size_fails_when_bound_before_any_item() -> None:
+    with pytest.raises(LemonError, match="n must be in"):
+        Baseline("sc-cot").bind(_env(n_agents=99))
+
+
+async def test_template_wraps_its_orchestrator_and_reserves_nothing() -> None:
+    from lemon.runtime.budget import TokenLedger
+
+    ledger = TokenLedger(10, "eval")
+    written = await resolve_method("template").bind(_env()).write("What is 2 + 3?", seed=0, ledger=ledger)
+    assert written.proposal is not None and written.proposal.source == "template"
+    assert {a.capacity for a in written.spec.agents} <= set(LEVELS) and ledger.used == 0
+
+
+# Comparisons with a method name outside methods.py (and baselines.py, which builds the baselines' specs), each
+# with the reason it is not a method dispatch. Anything else is: add the behaviour to a Method class instead.
+_NOT_METHOD_DISPATCH = {
+    ("cli/session.py", "template"), ("cli/session.py", "prompted"),  # `lemon run --orchestrator`: see report
+    ("cli/train_cmds.py", "chain"), ("train/rollout.py", "chain"),  # --fixed-structure chain, a training ablation
+}
+_NAMES = {*BASELINES, "template", "prompted", "trained"}
+
+
+def _compared_strings(node: ast.AST) -> list[str]:
+    values: list[ast.expr] = []
+    if isinstance(node, ast.Compare):
+        for operand in (node.left, *node.comparators):
+            values.extend(operand.elts if isinstance(operand, ast.Tuple | ast.List | ast.Set) else [operand])
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+            "startswith", "partition", "split", "removeprefix"):
+        values.extend(node.args)
+    return [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
+
+
+def test_no_method_name_dispatch_outside_the_methods_module() -> None:
+    found = set()
+    for path in SRC.rglob("*.py"):
+        rel = path.relative_to(SRC).as_posix()
+        if rel in ("bench/methods.py", "bench/baselines.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            for text in _compared_strings(node):
+                if text in _NAMES or text.startswith("trained:"):
+                    found.add((rel, text.rstrip(":")))
+    assert found <= _NOT_METHOD_DISPATCH, f"method-name dispatch outside methods.py: {found - _NOT_METHOD_DISPATCH}"
