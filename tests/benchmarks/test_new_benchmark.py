@@ -124,7 +124,7 @@ async def test_a_toy_benchmark_file_runs_end_to_end_through_the_harness(toy: tup
 
 
 def test_a_bad_reference_is_a_one_line_error(toy: tuple[str, Path]) -> None:
-    with pytest.raises(LemonError, match="cannot import 'no_such_pkg.toy'") as info:
+    with pytest.raises(LemonError, match=r"cannot import 'no_such_pkg\.toy'") as info:
         get_benchmark("no_such_pkg.toy:TOY")
     assert "\n" not in str(info.value)
     with pytest.raises(LemonError, match="has no benchmark object 'NOPE'"):

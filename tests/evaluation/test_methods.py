@@ -1,5 +1,5 @@
 """The Method seam: every `--method` value resolves to an object that knows its name and identity and writes
-specs; nothing outside `bench/methods.py` dispatches on method names."""
+specs; nothing outside `evaluation/methods.py` dispatches on method names."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_no_method_name_dispatch_outside_the_methods_module() -> None:
     found = set()
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC).as_posix()
-        if rel in ("bench/methods.py", "bench/baselines.py"):
+        if rel in ("evaluation/methods.py", "evaluation/baselines.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text("utf-8"))):
             for text in _compared_strings(node):
