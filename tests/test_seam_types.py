@@ -8,8 +8,8 @@ the trainer's rows (`samples.jsonl`) a TypedDict, models and optimizers torch's 
 
 Left out, on purpose: the modules that wrap third-party objects typed only at run time (`train.generation`,
 `train.policy_handle`, `train.distributed`: HF models and tokenizers, accelerate's engine) and readers of
-free-form files (`train.plot`). The evaluation harness's unit of work (`bench.item`, `bench.methods`,
-`bench.evaluate`) is held to no `Any` at all by `test_structure.py`.
+free-form files (`train.plot`). The evaluation harness's unit of work (`evaluation.item`, `evaluation.methods`,
+`evaluation.evaluate`) is held to no `Any` at all by `test_structure.py`.
 """
 
 from __future__ import annotations
