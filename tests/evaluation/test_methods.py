@@ -82,7 +82,8 @@ async def test_template_wraps_its_orchestrator_and_reserves_nothing() -> None:
 # Comparisons with a method name outside methods.py (and baselines.py, which builds the baselines' specs), each
 # with the reason it is not a method dispatch. Anything else is: add the behaviour to a Method class instead.
 _NOT_METHOD_DISPATCH = {
-    ("cli/session.py", "template"), ("cli/session.py", "prompted"),  # `lemon run --orchestrator`: see report
+    # `lemon run --orchestrator`: its one resolver (it moved there from cli/session.py), see report
+    ("orchestrator/resolve.py", "template"), ("orchestrator/resolve.py", "prompted"),
     ("cli/train_cmds.py", "chain"), ("train/rollout.py", "chain"),  # --fixed-structure chain, a training ablation
 }
 _NAMES = {*BASELINES, "template", "prompted", "trained"}
