@@ -9,10 +9,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
+from lemon.inspection.itemview import shown_status
 
 COLUMNS = ("run_id", "benchmark", "split", "method", "pool", "level", "temperature", "item_id", "seed", "correct",
            "prediction", "gold", "status", "stop_reason", "total_tokens", "prompt_tokens", "completion_tokens",
            "orchestrator_tokens", "n_agents", "cached_agents", "tokens_by_level", "latency_s")
+
+
+def csv_status(r: ItemRow) -> str:
+    """The status as the viewer reads it, as one token: a run that ended without an extractable answer is
+    `no_answer`, not `ok` (a pandas filter on status == "ok" must not count it as answered)."""
+    return shown_status(r.status, r.prediction).replace(" ", "_")
 
 
 def _row(run: RunInfo, r: ItemRow) -> dict[str, object]:
@@ -24,7 +31,7 @@ def _row(run: RunInfo, r: ItemRow) -> dict[str, object]:
     return {"run_id": run.run_id, "benchmark": run.benchmark, "split": run.split, "method": run.method,
             "pool": run.pool, "level": run.level, "temperature": run.config.get("temperature"),
             "item_id": r.item_id, "seed": r.seed, "correct": int(r.correct), "prediction": r.prediction,
-            "gold": r.gold, "status": r.status, "stop_reason": r.stop_reason, "total_tokens": r.total_tokens,
+            "gold": r.gold, "status": csv_status(r), "stop_reason": r.stop_reason, "total_tokens": r.total_tokens,
             "prompt_tokens": sum(int(t.get("prompt", 0)) for t in agents),
             "completion_tokens": sum(int(t.get("completion", 0)) for t in agents),
             "orchestrator_tokens": r.orchestrator_tokens, "n_agents": len(r.tokens),
