@@ -101,7 +101,7 @@ def test_eval_takes_seed_and_out(tmp_path: Path, _isolated_home: Path, data_dir:
     assert f"lemon view {run.run_id}" in " ".join(proc.stdout.split())
     (listed,) = json_out(lemon("runs", "list", "--json", "--store", str(folder / "results.sqlite"),  # type: ignore[misc]
                                home=_isolated_home))
-    assert listed["run_id"] == run.run_id and listed["stored"] == 2 and listed["seeds"] == 3
+    assert listed["run_id"] == run.run_id and listed["stored"] == 2 and listed["seeds"] == 1  # one seed: 2
 
 
 def test_runs_list_json_and_run_ids_are_never_cut(stored: Stored, _isolated_home: Path) -> None:

@@ -267,7 +267,7 @@ def _open_run(db: ResultsStore, settings: EvalSettings, plan: EvalPlan, executio
     if execution.budget_tokens_total is not None:  # recorded, not identity: it never changes an item's result
         config["budget_tokens_total"] = execution.budget_tokens_total
     db.ensure_run(run_id, benchmark=settings.benchmark, split=split, method=settings.method.name,
-                  pool=settings.pool, level=settings.level, seeds=plan.seed_range.stop, n_items=len(items),
+                  pool=settings.pool, level=settings.level, seeds=plan.seed_range, n_items=len(items),
                   config=config)
     if execution.retry_errors:
         dropped = db.delete_errors(run_id)

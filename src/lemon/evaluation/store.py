@@ -52,7 +52,7 @@ CREATE TABLE IF NOT EXISTS runs (
     method      TEXT NOT NULL,
     pool        TEXT NOT NULL,
     level       TEXT NOT NULL,
-    seeds       INTEGER NOT NULL,      -- largest number of seeds requested so far (seeds are 0..seeds-1)
+    seeds       INTEGER NOT NULL,      -- how many seeds were requested so far (which ones: run_seeds)
     n_items     INTEGER NOT NULL,      -- items of the split covered (the first n_items in the split's order)
     config_json TEXT NOT NULL,
     created     REAL NOT NULL,
@@ -104,7 +104,7 @@ _COLUMNS = {
 CLAIM_LEASE_S = 900.0
 # Rows of a run id whose run row is gone: what an evaluation stored after `lemon runs delete` removed its run
 # (before issue 26; `put` now refuses such rows). Counted and removed by `orphans` / `delete_orphans`.
-_ORPHAN_TABLES = ("items", "traces", "claims", "explanations")
+_ORPHAN_TABLES = ("items", "traces", "claims", "explanations", "run_seeds")
 
 
 class RunDeleted(LemonError):
@@ -117,9 +117,15 @@ def run_deleted(run_id: str, path: Path) -> RunDeleted:
                       "run anew")
 
 
-# Counterfactual attributions (`lemon explain`), one per (run, item, seed); kept apart from _SCHEMA so the
-# table is additive: stores written before it existed gain it on open and stay at SCHEMA_VERSION.
+# Counterfactual attributions (`lemon explain`), one per (run, item, seed), and the seeds each run was asked
+# for (`--seed 3` alone is one complete seed, not 4 of which 3 are missing); kept apart from _SCHEMA so the
+# tables are additive: stores written before they existed gain them on open and stay at SCHEMA_VERSION.
 _EXPLAIN_SCHEMA = """
+CREATE TABLE IF NOT EXISTS run_seeds (
+    run_id      TEXT NOT NULL,
+    seed        INTEGER NOT NULL,
+    PRIMARY KEY (run_id, seed)
+);
 CREATE TABLE IF NOT EXISTS explanations (
     run_id      TEXT NOT NULL,
     item_id     TEXT NOT NULL,
@@ -266,19 +272,26 @@ class ResultsStore:
     # ---- runs -------------------------------------------------------------------------------------------
 
     def ensure_run(self, run_id: str, *, benchmark: str, split: str, method: str, pool: str, level: str,
-                   seeds: int, n_items: int, config: dict[str, Any]) -> RunInfo:
-        """Create the run row, or widen `seeds` and `n_items` on an existing one (same id = same identity; a
-        larger `--limit` adds items to the run, see `evaluate._find_run_id`)."""
+                   seeds: int | Sequence[int], n_items: int, config: dict[str, Any]) -> RunInfo:
+        """Create the run row, or widen its seeds and `n_items` on an existing one (same id = same identity; a
+        larger `--limit` adds items to the run, see `evaluate._find_run_id`). `seeds`: the seeds requested
+        (an int N: 0..N-1); the run's `seeds` is the number of distinct seeds ever requested."""
         now = time.time()
+        wanted = sorted(set(range(seeds) if isinstance(seeds, int) else seeds))
         config_json = json.dumps(config, sort_keys=True, ensure_ascii=False, default=str)
         with self._tx():
+            before = self._exec("SELECT seeds FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             self._exec(
                 "INSERT OR IGNORE INTO runs(run_id, benchmark, split, method, pool, level, seeds, n_items, "
                 "config_json, created, updated) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (run_id, benchmark, split, method, pool, level, seeds, n_items, config_json, now, now),
+                (run_id, benchmark, split, method, pool, level, len(wanted), n_items, config_json, now, now),
             )
-            self._exec("UPDATE runs SET seeds = MAX(seeds, ?), n_items = MAX(n_items, ?), updated = ? "
-                       "WHERE run_id = ?", (seeds, n_items, now, run_id))
+            if before is not None and not self._exec("SELECT 1 FROM run_seeds WHERE run_id = ?", (run_id,)).fetchone():
+                wanted = sorted(set(wanted) | set(range(int(before[0]))))  # stored before run_seeds: 0..seeds-1
+            self._db.executemany("INSERT OR IGNORE INTO run_seeds(run_id, seed) VALUES (?, ?)",
+                                 [(run_id, s) for s in wanted])
+            self._exec("UPDATE runs SET seeds = (SELECT COUNT(*) FROM run_seeds WHERE run_id = ?), "
+                       "n_items = MAX(n_items, ?), updated = ? WHERE run_id = ?", (run_id, n_items, now, run_id))
         info = self.run(run_id)
         assert info is not None
         return info
@@ -463,7 +476,7 @@ class ResultsStore:
         delete`); returns how many item rows went."""
         with self._tx():
             n = self._exec("DELETE FROM items WHERE run_id = ?", (run_id,)).rowcount
-            for table in ("traces", "claims", "explanations", "runs"):
+            for table in ("traces", "claims", "explanations", "run_seeds", "runs"):
                 self._exec(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
         return n
 
