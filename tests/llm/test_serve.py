@@ -66,6 +66,25 @@ def test_a_busy_port_is_one_line_naming_the_fix(tmp_path: Path, _isolated_home: 
             pass
 
 
+def test_a_port_left_in_time_wait_by_a_stopped_server_is_free() -> None:
+    """train-global's workers start on the port train-cf's just left: the rehearsal found them refused for a
+    minute, the server's closed connections holding the port in TIME_WAIT."""
+    import socket
+
+    from lemon.llm.serve import _check_port_free
+
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            conn, _ = server.accept()
+            conn.close()  # the server side closes first: its end of the connection stays in TIME_WAIT
+            client.recv(1)
+    _check_port_free(port)
+
+
 def test_one_worker_per_distinct_model() -> None:
     workers = plan_workers(read_pool_config("cpu"), port=9000)
     assert [(w.levels, w.port) for w in workers] == [(("small",), 9000), (("medium",), 9001), (("large",), 9002)]

@@ -139,7 +139,11 @@ def workers_for(pool: str, serve: bool, work_dir: Path) -> Iterator[str]:
 
 
 def _check_port_free(port: int) -> None:
+    """A server listens on `port` already: one line. SO_REUSEADDR, as uvicorn binds: the connections a
+    stopped server leaves in TIME_WAIT for a minute do not keep its successor (train-global after train-cf)
+    from starting there, so they must not fail this check either."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
