@@ -19,12 +19,21 @@ from tests.llm.servers import free_port
 pytestmark = [pytest.mark.server, pytest.mark.models]
 
 
-def test_serve_until_ctrl_c(tmp_path: Path, _isolated_home: Path) -> None:
+def _as_background_job() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # what bash does to `lemon serve &` in a script
+
+
+# Ctrl-C; SIGTERM (kill's default: it ended the process and left its servers running); Ctrl-C to a background
+# job of a script, which starts with SIGINT ignored (experiments/gpu.sh's eval stage waited on it forever).
+@pytest.mark.parametrize(("sig", "preexec"), [(signal.SIGINT, None), (signal.SIGTERM, None),
+                                              (signal.SIGINT, _as_background_job)], ids=["int", "term", "bg-int"])
+def test_serve_until_ctrl_c(tmp_path: Path, _isolated_home: Path, sig: signal.Signals, preexec: object) -> None:
     port = free_port()
     env = {**os.environ, "LEMON_HOME": str(_isolated_home), "COLUMNS": "200"}
     proc = subprocess.Popen([sys.executable, "-m", "lemon.cli.main", "serve", "--pool", "tiny", "--port", str(port),
                              "--out", str(tmp_path / "served"), "--threads", "1"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            preexec_fn=preexec)  # type: ignore[arg-type]
     try:
         lines = []
         deadline = time.monotonic() + 240
@@ -37,7 +46,7 @@ def test_serve_until_ctrl_c(tmp_path: Path, _isolated_home: Path) -> None:
         pool_file = tmp_path / "served" / "pool.yaml"
         assert read_pool_config(str(pool_file)).levels[0].base_url == f"http://127.0.0.1:{port}/v1"
         assert _answers(f"http://127.0.0.1:{port}/v1")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         assert proc.wait(timeout=60) == 0, proc.stderr.read()  # type: ignore[union-attr]
     finally:
         if proc.poll() is None:

@@ -7,13 +7,27 @@ then uses them with `--pool FILE`; `lemon train` and `lemon sft` start their own
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
+from types import FrameType
 from typing import Annotated
 
 import typer
 
 from lemon.cli.options import DEFAULT_POOL, MaybeThreadsOpt, PoolOpt, apply_threads, consoles, opt
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C or SIGTERM stops the servers cleanly. A script that starts `lemon serve &` hands it SIGINT
+    ignored (bash does so for background jobs), so Python's own Ctrl-C handler is restored explicitly, and
+    SIGTERM (kill's default) no longer ends the process before the servers are stopped."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupt)
 
 
 def serve_cmd(
@@ -23,12 +37,14 @@ def serve_cmd(
                                               "(default LEMON_HOME/served/POOL).")] = None,
     threads: MaybeThreadsOpt = None,
 ) -> None:
-    """Serve the pool's embedded worker models (llama_cpp.server, one process per model) until Ctrl-C."""
+    """Serve the pool's embedded worker models (llama_cpp.server, one process per model) until Ctrl-C
+    (or SIGTERM)."""
     from lemon.llm.pools import read_pool_config
     from lemon.llm.serve import plan_workers, serving
     from lemon.paths import lemon_home
 
     apply_threads(threads)
+    _stop_on_signals()
     console = consoles().out
     folder = out or lemon_home() / "served" / Path(read_pool_config(pool).name).name
     with serving(pool, folder, port=port) as path:
