@@ -10,9 +10,12 @@
 # the bank is built over several working periods.
 #
 # Usage: LEMON_DATA_DIR=../shared/data bash experiments/adaptive_cpu.sh [STAGE ...]
-#   stages (default: all, in this order): bank singles anchors
+#   stages (default: bank singles anchors, in this order): bank singles anchors train-bank
+#   train-bank: the same 5 voters on the TRAIN splits of the training mixture (TRAIN_BENCHES), one seed, grown in
+#   steps of 10 items per benchmark up to TRAIN_LIMIT, so a partial bank is balanced across the mixture. The
+#   trainer's `workers.seeds: bank` draws exactly these samples (seed 0 of `lemon eval` on the train split).
 # Environment: STORE (default $LEMON_HOME/adaptive-cpu.sqlite), LIMIT (60), SEEDS (2), BENCHES ("svamp gsm8k"),
-# POOL (cpu).
+# POOL (cpu), TRAIN_BENCHES ("gsm8k svamp multiarith"), TRAIN_LIMIT (40).
 set -euo pipefail
 home="${LEMON_HOME:-$HOME/.cache/lemon}"
 store="${STORE:-$home/adaptive-cpu.sqlite}"
@@ -20,6 +23,8 @@ limit="${LIMIT:-60}"
 seeds="${SEEDS:-2}"
 benches="${BENCHES:-svamp gsm8k}"
 pool="${POOL:-cpu}"
+train_benches="${TRAIN_BENCHES:-gsm8k svamp multiarith}"
+train_limit="${TRAIN_LIMIT:-40}"
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(bank singles anchors)
 mkdir -p "$home"
@@ -28,8 +33,8 @@ log="$store.runs.log"
 evaluate() {  # benchmark method [extra eval args]: one resumable evaluation, recorded in the log first
   local bench="$1" method="$2"
   shift 2
-  local args=(eval "$bench" --method "$method" --split test --limit "$limit" --pool "$pool" --level large
-              --store "$store" "$@")
+  local args=(eval "$bench" --method "$method" --split "${SPLIT:-test}" --limit "${N_ITEMS:-$limit}" --pool "$pool"
+              --level large --store "$store" "$@")
   echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]}" >> "$log"
   lemon "${args[@]}"
 }
@@ -49,6 +54,10 @@ for stage in "${stages[@]}"; do
         evaluate "$bench" esc --agents 5 --seeds "$seeds"
         evaluate "$bench" asc --agents 5 --seeds "$seeds"
       done ;;
-    *) echo "unknown stage $stage (bank, singles, anchors)" >&2; exit 2 ;;
+    train-bank)
+      for n in $(seq 10 10 "$train_limit"); do
+        for bench in $train_benches; do SPLIT=train N_ITEMS="$n" evaluate "$bench" sc-cot --agents 5 --seeds 1; done
+      done ;;
+    *) echo "unknown stage $stage (bank, singles, anchors, train-bank)" >&2; exit 2 ;;
   esac
 done

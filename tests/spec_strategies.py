@@ -29,3 +29,27 @@ def specs(draw: st.DrawFn, max_agents: int = 6) -> Spec:
         agents.append(Agent(name=name, role=draw(st.sampled_from(ROLES)), duty=draw(duties),
                             capacity=draw(st.sampled_from(LEVELS)), depends_on=tuple(deps)))
     return Spec(agents=tuple(agents), output=draw(st.sampled_from(agent_names)))
+
+
+@st.composite
+def specs_with_copies(draw: st.DrawFn) -> Spec:
+    """A valid spec with a run of identical agents `base_1 .. base_n` (what `copies: n` writes) among others,
+    read by a later agent in full or (sometimes) in part, or with one copy changed, so both folded and
+    unfoldable runs occur."""
+    spec = draw(specs(max_agents=4))
+    base = draw(names.filter(lambda s: len(s) <= 20 and s not in spec.names))
+    n = draw(st.integers(2, 4))
+    copy = Agent(name=f"{base}_1", role=draw(st.sampled_from(ROLES)), duty=draw(duties),
+                 capacity=draw(st.sampled_from(LEVELS)))
+    copies = [copy.model_copy(update={"name": f"{base}_{i}"}) for i in range(1, n + 1)]
+    if draw(st.booleans()):  # one copy differs: the run must not fold
+        k = draw(st.integers(0, n - 1))
+        copies[k] = copies[k].model_copy(update={"duty": copies[k].duty + "x"})
+    readers = draw(st.integers(0, n))  # how many of the copies the reader depends on (n: all of them)
+    reader = Agent(name=draw(names.filter(lambda s: s not in spec.names and not s.startswith(base))),
+                   role="critic", capacity=LEVELS[0], depends_on=tuple(c.name for c in copies[:readers]))
+    taken = {*spec.names, *(c.name for c in copies)}
+    if reader.name in taken:
+        reader = reader.model_copy(update={"name": "zz_reader"})
+    agents = (*spec.agents, *copies, reader) if readers else (*spec.agents, *copies)
+    return Spec(agents=agents, output=spec.output)

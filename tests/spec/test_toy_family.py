@@ -39,7 +39,7 @@ class ShoutFamily(FieldEdits):
     def describe(self, spec: Spec, edited: Spec, ref: FieldRef) -> str:
         return f"shout the duty of {ref.agent}: {edited.agent(ref.agent).duty}"
 
-    def value(self, agent: Agent, ref: FieldRef) -> str | None:
+    def value(self, spec: Spec, ref: FieldRef) -> str | None:
         return agent.duty
 
 

@@ -53,7 +53,9 @@ def sft_cmd(
     teacher: Annotated[str, typer.Option(help="prompted: the prompted orchestrator at --teacher-level writes "
                                               "each target; library: one fixed team per task, drawn uniformly "
                                               "from the default team and the baselines at every level (no "
-                                              "model call).")] = "prompted",
+                                              "model call); bank: per task the best of the teams a "
+                                              "sample bank answers (one CoT agent, votes of 3 and 5, stopping "
+                                              "votes), at the strongest level.")] = "prompted",
     policy: Annotated[str | None, typer.Option(help="Policy to fine-tune (HF dir); default SmolLM2-135M.")] = None,
     limit: Annotated[int, opt("limit", help="The first N training-split items: the teacher writes their specs."
                                )] = 200,

@@ -28,10 +28,18 @@ def rerun_agents(spec: Spec, ref: FieldRef, edited: Spec, pool: Pool, roles: Rol
     not run may run now, with their own unrun ancestors."""
     if not changes_request(spec, edited, ref, lambda level: pool.backend(level).model_id):
         return []
-    changed = {ref.agent} | edited.descendants(ref.agent)
+    changed = _edited_agents(spec, edited)
+    changed |= {d for name in list(changed) for d in edited.descendants(name)}
     changed |= _unrun_behind_rules(spec, edited, changed, set(ran))
     live = required_agents(edited)
     return [a.name for a in edited.agents if a.name in changed & live and roles[a.role].kind != "vote"]
+
+
+def _edited_agents(spec: Spec, edited: Spec) -> set[str]:
+    """The agents of `edited` that differ from the same-named agent of `spec`, or are new: one field may be
+    written once for several agents (a `copies` block), and resizing a block adds or removes agents."""
+    before = {a.name: a for a in spec.agents}
+    return {a.name for a in edited.agents if before.get(a.name) != a}
 
 
 def rerun_tokens(agents: list[str], tokens: Mapping[str, AgentTokens]) -> int:

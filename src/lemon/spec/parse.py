@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from lemon.errors import SpecError
 from lemon.files import read_regular
+from lemon.spec.copies import expand_copies
 from lemon.spec.model import MAX_SPEC_CHARS, Spec
 
 _PLAIN_TAGS = frozenset({None, "!", "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"})
@@ -157,7 +158,8 @@ def describe_validation_error(exc: ValidationError, data: Any, index: int = 0) -
     elif err["type"] == "string_pattern_mismatch":
         msg = "must be one line without double quotes, backslashes or control characters"
     elif err["type"] == "extra_forbidden":
-        msg = "unknown field; allowed: name, role, duty, capacity, depends_on (agents), agents, output (spec)"
+        msg = ("unknown field; allowed: name, copies, role, duty, capacity, depends_on, stop (agents), agents, "
+               "output (spec)")
     elif err["type"] == "too_long" and loc == ["agents"]:
         msg = f"{msg}; split the task or use fewer agents"
     return f"{where}, field {field}: {_one_line(msg)[:200]}"
@@ -175,7 +177,7 @@ def spec_data(text: str) -> dict[str, Any]:
                 a["depends_on"] = []
             if isinstance(a, dict) and a.get("duty", "") is None:
                 a["duty"] = ""
-    return data
+    return expand_copies(data)
 
 
 def parse_spec(text: str) -> Spec:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from lemon.spec.model import Spec, StopRule
+from lemon.spec.copies import copy_groups
+from lemon.spec.model import Agent, Spec, StopRule
 
-FieldKind = Literal["role", "duty", "capacity", "edge", "stop"]
+FieldKind = Literal["role", "duty", "capacity", "edge", "stop", "copies"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -60,32 +61,54 @@ def render_stop(rule: StopRule) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
+def _block(w: _Writer, spans: dict[FieldRef, Span], a: Agent, names: tuple[str, ...], written: str,
+           folded: dict[str, str]) -> None:
+    """One agent's block; `names` are the agents it stands for (its copies, or itself), `written` its name."""
+    w.write(f"  - name: {written}\n")
+    if len(names) > 1:
+        w.write("    copies: ")
+        spans[FieldRef("copies", names[0])] = w.write(str(len(names)))
+        w.write("\n")
+    w.write("    role: ")
+    role, _ = w.write(a.role), w.write('\n    duty: "')
+    duty, _ = w.write(a.duty), w.write('"\n    capacity: ')
+    capacity, _ = w.write(a.capacity), w.write("\n    depends_on: [")
+    shown = [folded.get(p, p) for p in a.depends_on]
+    parents = list(dict.fromkeys(shown))  # a folded group is written once
+    edge_spans: dict[str, Span] = {}
+    for i, p in enumerate(parents):
+        if i:
+            w.write(", ")
+        edge_spans[p] = w.write(p)
+    w.write("]\n")
+    for n in names:
+        spans[FieldRef("role", n)], spans[FieldRef("duty", n)], spans[FieldRef("capacity", n)] = role, duty, capacity
+        for p, q in zip(a.depends_on, shown, strict=True):
+            spans[FieldRef("edge", n, p)] = edge_spans[q]
+    if a.stop is not None:
+        w.write("    stop: ")
+        spans[FieldRef("stop", names[0])] = w.write(render_stop(a.stop))
+        w.write("\n")
+
+
 def render_spec(spec: Spec) -> RenderedSpec:
     """Canonical YAML of `spec` with the span of every editable field.
 
     `text[span.start:span.end]` is exactly the field's value (the duty without its quotes; for an edge, the
-    parent's name inside the child's `depends_on` list).
+    parent's name inside the child's `depends_on` list). A run of identical agents `x_1 .. x_n` is written
+    once with `copies: n` (`lemon.spec.copies`): each copy's field maps to the one written value, and an edge
+    to any copy to the group's name in the child's list.
     """
     w = _Writer()
     spans: dict[FieldRef, Span] = {}
+    groups = {g.names[0]: g for g in copy_groups(spec)}
+    folded = {n: g.base for g in groups.values() for n in g.names}
     w.write("agents:\n")
     for a in spec.agents:
-        w.write(f"  - name: {a.name}\n    role: ")
-        spans[FieldRef("role", a.name)] = w.write(a.role)
-        w.write('\n    duty: "')
-        spans[FieldRef("duty", a.name)] = w.write(a.duty)
-        w.write('"\n    capacity: ')
-        spans[FieldRef("capacity", a.name)] = w.write(a.capacity)
-        w.write("\n    depends_on: [")
-        for i, p in enumerate(a.depends_on):
-            if i:
-                w.write(", ")
-            spans[FieldRef("edge", a.name, p)] = w.write(p)
-        w.write("]\n")
-        if a.stop is not None:
-            w.write("    stop: ")
-            spans[FieldRef("stop", a.name)] = w.write(render_stop(a.stop))
-            w.write("\n")
+        if a.name in folded and a.name not in groups:
+            continue  # a later copy: written by its group's block
+        group = groups.get(a.name)
+        _block(w, spans, a, group.names if group else (a.name,), group.base if group else a.name, folded)
     if spec.output is not None:
         w.write(f"output: {spec.output}\n")
     return RenderedSpec("".join(w.parts), spans)

@@ -19,8 +19,11 @@ from lemon.train.rollout import GroupResult, Sample
 from lemon.train.token_spans import char_span_to_token_indices, edit_window
 
 
-def group_worker_seed(seed: int, task_id: str, step: int, mode: str) -> int:
-    """The seed of a group's workers: per task (`task`: a team written again is a cache hit) or per visit."""
+def group_worker_seed(seed: int, task_id: str, step: int, mode: str, bank_seed: int = 0) -> int:
+    """The seed of a group's workers: per task (`task`: a team written again is a cache hit), the sample
+    bank's (`bank`: evaluation's seed 0 of the item, whatever the run seed) or per visit."""
+    if mode == "bank":
+        return bank_seed
     if mode == "task":
         return stable_seed(seed, "worker", task_id)
     return stable_seed(seed, "worker", task_id, step)

@@ -120,7 +120,9 @@ class WorkerConfig(_Strict):
     # Where a group's worker seeds come from: `step` = (run seed, task id, step), fresh draws every visit;
     # `task` = (run seed, task id) only, the same every time the task comes back (common random numbers: a
     # team the policy writes again is a request-cache hit, and both ablation arms see the same draws).
-    seeds: Literal["task", "step"] = "step"
+    # `bank` = the seed `lemon eval --seeds 1` gives the item: every vote or stop-rule team over the voters a
+    # sample bank holds (experiments/adaptive_cpu.sh train-bank) is answered from the LLM cache, exactly.
+    seeds: Literal["task", "step", "bank"] = "step"
 
 
 class OptimConfig(_Strict):

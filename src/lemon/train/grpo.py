@@ -135,7 +135,8 @@ class Trainer:
             self.executor, chosen, [[c.text for c in cs] for cs in grouped], roles=self.roles,
             settings=settings, sampler=self._step_sampler(step) if s.cf else None,
             rng=random.Random(self._seed("rollout", step)),
-            seeds=[group_worker_seed(s.seed, t.id, step, self.cfg.workers.seeds) for t in chosen])
+            seeds=[group_worker_seed(s.seed, t.id, step, self.cfg.workers.seeds, t.bank_seed)
+                   for t in chosen])
 
     def update(self, batch: StepBatch) -> dict[str, float]:
         model = self.policy.model if self.update_model is None else self.update_model

@@ -66,7 +66,8 @@ class SFTSettings:
     verified: bool = False
     worker_samples: int = 2
     # `prompted`: the prompted orchestrator at `teacher_level` writes each target. `library`: one team drawn
-    # uniformly from the fixed team library per task, no model call (train/library.py says why).
+    # uniformly from the fixed team library per task, no model call (train/library.py says why). `bank`: the
+    # best banked team per task (train/verified.py `bank_targets`), answered from the sample bank.
     teacher: str = "prompted"
     # The teacher pool's models in their own server processes (`lemon.llm.serve`); None: whenever torch
     # uses a GPU, where a CUDA llama.cpp in the same process crashes it.
@@ -166,6 +167,27 @@ async def verified_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
     return examples, won
 
 
+async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings,
+                        progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
+    """SFT examples from `verified.bank_targets`: the best banked team per task, no worker call where the sample
+    bank (`experiments/adaptive_cpu.sh train-bank`) holds the task."""
+    from lemon.llm.pools import load_pool
+    from lemon.train.config import load_train_config
+    from lemon.train.verified import bank_targets
+    from lemon.train.workers import worker_executor
+
+    cfg = load_train_config()
+    pool = load_pool(s.teacher_pool, cache=s.cache)
+    try:
+        targets, won = await bank_targets(tasks, worker_executor(pool, RoleLibrary.load(), cfg), reward=cfg.reward,
+                                          progress=progress)
+    finally:
+        await pool.aclose()
+    examples = [SFTExample(t.id, t.prompt, render_spec(spec).text, label, True) for t, label, spec in targets]
+    won["distinct_targets"] = len({e.target for e in examples})
+    return examples, won
+
+
 async def library_examples(tasks: Sequence[TrainTask], s: SFTSettings,
                            progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
     """SFT examples from `library.library_targets` on the teacher pool's levels (no model call)."""
@@ -185,7 +207,7 @@ async def _prompted(tasks: Sequence[TrainTask], s: SFTSettings,
 
 
 #: The SFT teachers: a new one is a function of (tasks, settings, progress) and an entry here.
-TEACHERS = {"prompted": _prompted, "library": library_examples}
+TEACHERS = {"prompted": _prompted, "library": library_examples, "bank": bank_examples}
 
 
 async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,

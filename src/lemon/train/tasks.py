@@ -28,6 +28,7 @@ class TrainTask:
     grade: Callable[[str], bool | Awaitable[bool]]  # final answer text -> bool; extraction included
     vote_key: Callable[[str], str | None] | None = None
     kind: str = "number"  # the benchmark's answer kind: number, choice or code
+    bank_seed: int = 0  # the workers' seed of `lemon eval`'s seed 0 on this item: the sample bank's draws
 
 
 async def is_correct(task: TrainTask, answer: str) -> bool:
@@ -46,8 +47,11 @@ def make_task(bench: Benchmark, item: Item) -> TrainTask:
         pred = bench.extract(text, item)
         return pred is not None and bool(bench.check(pred, item))
 
+    from lemon.evaluation.item import item_seed
+
     return TrainTask(id=str(item.id), prompt=bench.prompt(item), grade=grade,
-                     vote_key=lambda text: bench.extract(text, item), kind=bench.kind)
+                     vote_key=lambda text: bench.extract(text, item), kind=bench.kind,
+                     bank_seed=item_seed(bench.name, str(item.id), 0))
 
 
 def load_train_tasks(benchmark: str, *, split: str | None = None, limit: int | None = None, offset: int = 0,

@@ -19,7 +19,7 @@ from typing import Any
 
 from lemon.runtime import Executor
 from lemon.runtime.executor import required_agents
-from lemon.spec.model import Spec
+from lemon.spec.model import Spec, StopRule
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
@@ -60,6 +60,51 @@ def candidate_specs(kind: str, roles: RoleLibrary, levels: Sequence[str]) -> lis
             spec = baseline_spec(method, kind, level=level, seed=0, n=n)
             out.append((f"{method}@{level}", validate_spec(spec, roles, levels)))
     return out
+
+
+#: The teams a sample bank of 5 voters at one level answers exactly (`experiments/adaptive_cpu.sh`): one CoT
+#: agent (the first voter), votes of 3 and 5, and stop-rule votes over them. (label, voters, stop rule)
+BANK_TEAMS: tuple[tuple[str, int, StopRule | None], ...] = (
+    ("cot", 1, None), ("agree-2-of-3", 3, StopRule(agree=2)), ("esc", 5, StopRule(agree=2)),
+    ("sc-cot-3", 3, None), ("confidence-0.8-of-5", 5, StopRule(confidence=0.8)), ("sc-cot-5", 5, None))
+
+
+def bank_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[str, Spec]]:
+    """(label, spec) of `BANK_TEAMS` at `level`, written as the policy would (voters as one `copies` block)."""
+    from lemon.evaluation.baselines import baseline_spec
+
+    out = []
+    for label, voters, rule in BANK_TEAMS:
+        if voters == 1:  # the same request as a vote's first voter (runtime.executor.sample_slot)
+            spec = baseline_spec("cot", kind, level=level)
+        else:
+            spec = baseline_spec("sc-cot", kind, level=level, n=voters)
+            vote = spec.agents[-1].model_copy(update={"stop": rule})
+            spec = spec.model_copy(update={"agents": (*spec.agents[:-1], vote)})
+        out.append((label, spec))
+    return out
+
+
+async def bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward: RewardConfig,
+                       progress: Progress | None = None) -> tuple[list[tuple[TrainTask, str, Spec]],
+                                                                  dict[str, int]]:
+    """Per task, the highest-reward (so, under a cost term, the cheapest) of `BANK_TEAMS` at the strongest
+    level that was right under the bank's worker seed (`TrainTask.bank_seed`): no worker call once the bank
+    holds the task. The winner differs by item (one agent where one suffices, a stopping vote where it does
+    not), which is what the data should teach (issue 24)."""
+    level = executor.pool.level_names[-1]
+    candidates: dict[str, list[tuple[str, Spec]]] = {}
+    won: Counter[str] = Counter()
+    out = []
+    for i, task in enumerate(tasks):
+        cands = candidates.setdefault(task.kind, bank_candidates(task.kind, executor.roles, level))
+        best = await best_candidate(executor, task, cands, reward=reward, worker_samples=1, seed=task.bank_seed)
+        won[best[0] if best else "none right"] += 1
+        if best is not None:
+            out.append((task, best[0], best[1]))
+        if progress is not None:
+            progress("bank", i + 1, len(tasks))
+    return out, dict(won)
 
 
 async def best_candidate(executor: Executor, task: TrainTask, candidates: Sequence[tuple[str, Spec]], *,

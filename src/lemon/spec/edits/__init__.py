@@ -4,7 +4,8 @@
 - `role` (m_R): replace one agent's customised duty with its base role (empty duty);
 - `capacity` (m_L): move one agent one level down the pool;
 - `level` (ours): move one agent to ANOTHER level of the pool, the target drawn uniformly (see capacity.py);
-- `stop` (ours): remove a voter's stop rule, or move it one notch (see stop.py).
+- `stop` (ours): remove a voter's stop rule, or move it one notch (see stop.py);
+- `copies` (ours): one copy fewer (or more) in a `copies: n` block (see copies.py).
 
 Each edit changes exactly ONE field and returns the edited spec plus the span of that field in the
 ORIGINAL canonical text: that span is where the reward contrast r(original) - r(edited) is credited. A new family is
@@ -20,7 +21,7 @@ import random
 from collections.abc import Callable, Sequence
 
 from lemon.errors import SpecError
-from lemon.spec.edits.base import Edit, EditFamily, Family
+from lemon.spec.edits.base import Edit, EditFamily, Family, same_written_field
 from lemon.spec.edits.capacity import change_capacity, lower_capacity
 from lemon.spec.edits.edge import delete_edge
 from lemon.spec.edits.role import revert_duty
@@ -35,6 +36,7 @@ _FILES = (
     "role",
     "capacity",
     "stop",
+    "copies",
 )
 
 
@@ -73,8 +75,8 @@ def owner(kind: str) -> EditFamily:
 
 
 def applicable_edits(spec: Spec, family_name: str, levels: Sequence[str]) -> list[FieldRef]:
-    """Every field where `family_name` applies, in spec order."""
-    return family(family_name).fields(spec, levels)
+    """Every field where `family_name` applies, in spec order; a field a `copies` block writes once is listed once."""
+    return same_written_field(spec, family(family_name).fields(spec, levels))
 
 
 def apply_edit(spec: Spec, ref: FieldRef, levels: Sequence[str]) -> Edit:
@@ -97,7 +99,7 @@ def field_value(spec: Spec, ref: FieldRef) -> str | None:
     the edge or the rule is absent."""
     if ref.agent not in spec.names:
         return None
-    return owner(ref.kind).value(spec.agent(ref.agent), ref)
+    return owner(ref.kind).value(spec, ref)
 
 
 def rewrite_window(text: str, start: int, end: int, kind: str, replacement: str) -> tuple[int, int, str]:

@@ -2,7 +2,7 @@
 
 A family changes exactly ONE field of a spec and returns the edited spec plus the span of that field in the
 ORIGINAL canonical text: the span is where the reward contrast r(original) - r(edited) is credited. One file
-per family (`edge.py`, `role.py`, `capacity.py`, `stop.py`); the registry in `__init__.py` names the files.
+per family (`edge.py`, `role.py`, `capacity.py`, `stop.py`, `copies.py`); the registry in `__init__.py` names the files.
 The Protocol is the whole contract a caller may use (apply, describe, current value, the text an edit
 rewrites, whether the edited agent's request changes), so no caller branches on field kinds or family names.
 """
@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from lemon.errors import SpecError
+from lemon.spec.copies import copy_groups
 from lemon.spec.model import Agent, Spec
 from lemon.spec.render import FieldKind, FieldRef, Span, render_spec
 
-#: A family's name (`edge`, `role`, `capacity`, `level`, `stop`, or one a new file registers).
+#: A family's name (`edge`, `role`, `capacity`, `level`, `stop`, `copies`, or one a new file registers).
 Family = str
 
 
@@ -94,5 +95,27 @@ def replace_agent(spec: Spec, name: str, **update: object) -> Spec:
 
 
 def make_edit(spec: Spec, family: Family, ref: FieldRef, **update: object) -> Edit:
-    """`ref`'s agent updated; the span is rendered from `spec` only when a caller asks for it."""
-    return Edit(replace_agent(spec, ref.agent, **update), family, ref, spec)
+    """`ref`'s agent updated; the span is rendered from `spec` only when a caller asks for it. A field written
+    once for a `copies` block (its role, duty or level) is one decision: every copy gets the update."""
+    edited = spec
+    for name in block_of(spec, ref.agent) if ref.kind not in ("edge", "stop", "copies") else (ref.agent,):
+        edited = replace_agent(edited, name, **update)
+    return Edit(edited, family, ref, spec)
+
+
+def block_of(spec: Spec, name: str) -> tuple[str, ...]:
+    """The agents written as one block with `name`: its `copies` group, or itself."""
+    return next((g.names for g in copy_groups(spec) if name in g.names), (name,))
+
+
+def same_written_field(spec: Spec, refs: list[FieldRef]) -> list[FieldRef]:
+    """`refs` without those written in the same place as an earlier one (the copies of one block)."""
+    spans = render_spec(spec).spans
+    seen: set[tuple[str, int, int]] = set()
+    out: list[FieldRef] = []
+    for r in refs:
+        key = (r.kind, spans[r].start, spans[r].end)
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from lemon.errors import SpecError
 from lemon.spec.edits.base import Edit, EditFamily, Family, FieldEdits, agent_of, make_edit
-from lemon.spec.model import Agent, Spec
+from lemon.spec.model import Spec
 from lemon.spec.render import FieldKind, FieldRef
 
 
@@ -44,8 +44,8 @@ class _Levels(FieldEdits):
     """What both level families share: the field is the agent's capacity, and a move between two levels one
     model serves changes no request."""
 
-    def value(self, agent: Agent, ref: FieldRef) -> str | None:
-        return agent.capacity
+    def value(self, spec: Spec, ref: FieldRef) -> str | None:
+        return spec.agent(ref.agent).capacity
 
     def changes_request(self, spec: Spec, edited: Spec, ref: FieldRef, model_of: Callable[[str], str]) -> bool:
         return model_of(spec.agent(ref.agent).capacity) != model_of(edited.agent(ref.agent).capacity)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from lemon.errors import SpecError
 from lemon.spec.edits.base import Edit, EditFamily, Family, FieldEdits, agent_of, make_edit
-from lemon.spec.model import Agent, Spec
-from lemon.spec.render import FieldKind, FieldRef
+from lemon.spec.model import Spec
+from lemon.spec.render import FieldKind, FieldRef, render_spec
 
 
 def delete_edge(spec: Spec, child: str, parent: str) -> Edit:
@@ -16,7 +16,9 @@ def delete_edge(spec: Spec, child: str, parent: str) -> Edit:
     a = agent_of(spec, child)
     if parent not in a.depends_on:
         raise SpecError(f"cannot delete edge: agent {child!r} does not depend on {parent!r}")
-    deps = tuple(p for p in a.depends_on if p != parent)
+    spans = render_spec(spec).spans  # an edge to a `copies` block is written once: it goes for every copy
+    written = spans[FieldRef("edge", child, parent)]
+    deps = tuple(p for p in a.depends_on if p != parent and spans[FieldRef("edge", child, p)] != written)
     return make_edit(spec, "edge", FieldRef("edge", child, parent), depends_on=deps)
 
 
@@ -35,8 +37,8 @@ class EdgeFamily(FieldEdits):
     def describe(self, spec: Spec, edited: Spec, ref: FieldRef) -> str:
         return f"delete edge {ref.parent} -> {ref.agent}"
 
-    def value(self, agent: Agent, ref: FieldRef) -> str | None:
-        return "edge" if ref.parent in agent.depends_on else None
+    def value(self, spec: Spec, ref: FieldRef) -> str | None:
+        return "edge" if ref.parent in spec.agent(ref.agent).depends_on else None
 
     def rewrite(self, text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
         """A deleted edge takes its ", " separator with it (`[a, b]` minus b is `[a]`)."""

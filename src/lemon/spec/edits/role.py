@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from lemon.errors import SpecError
 from lemon.spec.edits.base import Edit, EditFamily, Family, FieldEdits, agent_of, make_edit
-from lemon.spec.model import Agent, Spec
+from lemon.spec.model import Spec
 from lemon.spec.render import FieldKind, FieldRef
 
 
@@ -32,8 +32,8 @@ class RoleFamily(FieldEdits):
     def describe(self, spec: Spec, edited: Spec, ref: FieldRef) -> str:
         return f"revert duty of {ref.agent} to base role {spec.agent(ref.agent).role}"
 
-    def value(self, agent: Agent, ref: FieldRef) -> str | None:
-        return agent.duty
+    def value(self, spec: Spec, ref: FieldRef) -> str | None:
+        return spec.agent(ref.agent).duty
 
 
 FAMILIES: tuple[EditFamily, ...] = (RoleFamily(),)

@@ -58,8 +58,9 @@ class StopFamily(FieldEdits):
             return f"remove the stop rule of {ref.agent} ({before}): every parent runs"
         return f"change the stop rule of {ref.agent}: {before} -> {render_stop(new)}"
 
-    def value(self, agent: Agent, ref: FieldRef) -> str | None:
-        return render_stop(agent.stop) if agent.stop is not None else None
+    def value(self, spec: Spec, ref: FieldRef) -> str | None:
+        rule = spec.agent(ref.agent).stop
+        return render_stop(rule) if rule is not None else None
 
     def rewrite(self, text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
         """A removed stop rule takes its whole `stop:` line with it; a changed one is rewritten in place."""
