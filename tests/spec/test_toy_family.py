@@ -87,7 +87,7 @@ def _with_toy(tmp: Path) -> Path:
     (edits / "shout.py").write_text(TOY, encoding="utf-8")
     registry = edits / "__init__.py"
     before = registry.read_text(encoding="utf-8")
-    after = before.replace('    "stop",\n', '    "stop",\n    "shout",\n', 1)
+    after = before.replace('",\n)\n', '",\n    "shout",\n)\n', 1)  # the registry's last line
     assert len(after.splitlines()) == len(before.splitlines()) + 1
     registry.write_text(after, encoding="utf-8")
     return root

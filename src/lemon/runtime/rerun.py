@@ -63,7 +63,8 @@ def _unrun_behind_rules(spec: Spec, edited: Spec, changed: set[str], ran: set[st
     """The agents not in `ran` that a changed voter with a stop rule (in `spec` or in `edited`: removing the
     rule changes it too) may now start in `edited`: its parents and their ancestors."""
     out: set[str] = set()
-    voters = [n for n in changed if spec.agent(n).stop is not None or edited.agent(n).stop is not None]
+    before = {a.name: a for a in spec.agents}  # a resized `copies` block has agents the original lacks
+    voters = [n for n in changed if edited.agent(n).stop is not None or getattr(before.get(n), "stop", None)]
     stack = [p for n in voters for p in edited.agent(n).depends_on]
     while stack:
         cur = stack.pop()
