@@ -9,7 +9,7 @@ Also printed: the per-item oracle (the cheapest team that is right on each item,
 upper bound on what choosing a team per item can reach with these teams, and how the stopping point of
 `agree 2 of 5` tracks item difficulty (the share of the 5 voters that are wrong).
 Usage: python experiments/stop_rules_table.py [--store S] [--benchmarks svamp gsm8k] [--level large] [--pool cpu]
-       [--json F]
+       [--json F] [--seeds N]
 """
 
 from __future__ import annotations
@@ -61,23 +61,32 @@ def team_spec(kind: str, level: str, voters: int, rule: StopRule | None) -> Spec
     return spec.model_copy(update={"agents": (*spec.agents[:-1], vote)})
 
 
-def bank_run(store: ResultsStore, benchmark: str, level: str) -> tuple[str, dict[str, object]]:
-    """The 5-voter sc-cot run of `benchmark` at `level` (the bank's), and its config."""
+def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None) -> tuple[set[tuple[str, int]],
+                                                                                      dict[str, object]]:
+    """The (item, seed) pairs of `benchmark`'s test split that the bank holds (the 5-voter sc-cot runs at
+    `level`, sampled as the bank samples: a new run identity for the same bank still hits the same cache),
+    seeds below `seeds` only; and the config of one such run."""
+    keys: set[tuple[str, int]] = set()
+    config: dict[str, object] | None = None
     for run in store.runs():
-        config = json.loads(store._rows("SELECT config_json FROM runs WHERE run_id = ?", (run.run_id,))[0][0])
-        if ((run.benchmark, run.method, run.level) == (benchmark, "sc-cot", level) and config.get("n_agents") == 5
-                and config.get("worker_seeds") == WORKER_SEEDS):  # sampled as the bank samples
-            return run.run_id, config
-    raise SystemExit(f"no 5-voter sc-cot run of {benchmark} at {level} in the store: run the bank stage first")
+        cfg = json.loads(store._rows("SELECT config_json FROM runs WHERE run_id = ?", (run.run_id,))[0][0])
+        if ((run.benchmark, run.split, run.method, run.level) == (benchmark, "test", "sc-cot", level)
+                and cfg.get("n_agents") == 5 and cfg.get("worker_seeds") == WORKER_SEEDS):
+            keys |= {k for k in store.done_keys(run.run_id) if seeds is None or k[1] < seeds}
+            config = cfg
+    if config is None:
+        raise SystemExit(f"no 5-voter sc-cot run of {benchmark} at {level} in the store: run the bank stage first")
+    return keys, config
 
 
 Replay = tuple[dict[str, "Outcome"], dict[tuple[str, int], int]]
 
 
-async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str = "cpu") -> Replay:
+async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str = "cpu",
+                 seeds: int | None = None) -> Replay:
     """Every team of TEAMS on every (item, seed) the bank holds, through an offline pool; and per pair, how many
     of the 5 voters are wrong on their own (the item's difficulty)."""
-    run_id, config = bank_run(store, benchmark, level)
+    keys, config = bank_keys(store, benchmark, level, seeds)
     task, roles = get_benchmark(benchmark), RoleLibrary.load()
     pool = load_pool(pool_name, offline=True)
     max_tokens = config.get("max_tokens")
@@ -88,7 +97,7 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
     specs = {name: team_spec(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()}
     out = {name: Outcome() for name in TEAMS}
     wrong: dict[tuple[str, int], int] = {}
-    for item_id, seed in sorted(store.done_keys(run_id)):
+    for item_id, seed in sorted(keys):
         item = items[item_id]
         for name, spec in specs.items():
             result = await executor.run(spec, task.prompt(item), seed=item_seed(benchmark, item.id, seed),
@@ -135,8 +144,9 @@ def paired(a: Outcome, b: Outcome) -> str:
 def table(benchmark: str, outcomes: dict[str, Outcome], wrong: dict[tuple[str, int], int]) -> list[str]:
     full, single = outcomes["sc-cot 5"], outcomes["cot (voter 1)"]
     pairs = len(full.correct)
-    seeds = sorted({s for _, s in full.correct})
-    lines = [f"### {benchmark} `test`: {pairs} (item, seed) pairs, seeds {seeds}, replayed from the sample bank",
+    per_seed = {s: sum(1 for _, t in full.correct if t == s) for s in sorted({s for _, s in full.correct})}
+    counts = ", ".join(f"seed {s}: {n} items" for s, n in per_seed.items())
+    lines = [f"### {benchmark} `test`: {pairs} (item, seed) pairs ({counts}), replayed from the sample bank",
              "", "| team | accuracy % | worker tokens / item | voters run | vs sc-cot 5 | vs cot |",
              "|---|---|---|---|---|---|"]
     for name, o in [*outcomes.items(), ("per-item oracle (upper bound)", oracle(outcomes))]:
@@ -161,11 +171,12 @@ def main() -> None:
     ap.add_argument("--level", default="large")
     ap.add_argument("--pool", default="cpu", help="the pool the bank was built with")
     ap.add_argument("--json", type=Path, help="also write every team's per-pair results here")
+    ap.add_argument("--seeds", type=int, help="only seeds 0..N-1 (e.g. 1 while seed 1 is still being banked)")
     args = ap.parse_args()
     dump: dict[str, object] = {}
     with ResultsStore(args.store) as store:
         for bench in args.benchmarks:
-            outcomes, wrong = asyncio.run(replay(bench, args.level, store, args.pool))
+            outcomes, wrong = asyncio.run(replay(bench, args.level, store, args.pool, args.seeds))
             print("\n".join(table(bench, outcomes, wrong)))
             dump[bench] = {n: {"correct": {f"{k[0]}#{k[1]}": v for k, v in o.correct.items()},
                                "tokens": {f"{k[0]}#{k[1]}": v for k, v in o.tokens.items()}}

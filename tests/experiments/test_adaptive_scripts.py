@@ -34,7 +34,7 @@ def test_the_bank_then_the_anchors_then_the_offline_table(tmp_path: Path, data_d
                             str(tmp_path / "s.sqlite"), "--benchmarks", "svamp", "--pool", str(pool)],
                            env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert table.returncode == 0, table.stderr[-2000:]
-    assert "svamp `test`: 2 (item, seed) pairs, seeds [0]" in table.stdout
+    assert "svamp `test`: 2 (item, seed) pairs (seed 0: 2 items)" in table.stdout
     assert "| agree 2 of 5 (esc) |" in table.stdout and "| per-item oracle (upper bound) |" in table.stdout
 
 
