@@ -48,11 +48,11 @@ def serve_cmd(
     console = consoles().out
     folder = out or lemon_home() / "served" / Path(read_pool_config(pool).name).name
     with serving(pool, folder, port=port) as path:
-        for w in plan_workers(read_pool_config(pool), port):
-            console.print(f"{', '.join(w.levels)}: {w.model} on {w.base_url}", markup=False, highlight=False)
-        console.print(f"served pool: {path}  (use --pool {path}; Ctrl-C stops the servers)", markup=False,
-                      highlight=False)
-        try:
+        try:  # from the moment the servers are up, Ctrl-C is the normal stop, even while the lines print
+            for w in plan_workers(read_pool_config(pool), port):
+                console.print(f"{', '.join(w.levels)}: {w.model} on {w.base_url}", markup=False, highlight=False)
+            console.print(f"served pool: {path}  (use --pool {path}; Ctrl-C stops the servers)", markup=False,
+                          highlight=False)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:
