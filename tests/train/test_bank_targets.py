@@ -17,7 +17,7 @@ from lemon.train.rollout import RolloutSettings, score_group
 from lemon.train.tasks import load_train_tasks
 from lemon.train.verified import bank_candidates, bank_targets
 from lemon.train.workers import worker_executor
-from tests.bench.test_cli import scripted_pool_yaml
+from tests.evaluation.test_cli import scripted_pool_yaml
 from tests.evalcall import evaluate_kw
 
 
