@@ -49,6 +49,10 @@ def accumulate(model: torch.nn.Module, batch: StepBatch, cfg: TrainConfig, pad_i
                 first: bool) -> None:
     """Forward + backward over micro-batches; the loss is one token mean over the whole (global) batch.
 
+    Per micro-batch of b rows: log-probs `lp` [b, T] (or [b, T, 2] with the pairwise alternatives), group
+    advantages broadcast to [b, T], counterfactual advantages `cf` [b, T], `mask` [b, T]; gradients accumulate
+    into `model`, nothing is returned (`stats`, when given, gets the first epoch's loss parts).
+
     `n_tokens` counts the completion tokens of every process; the gradient all-reduce runs on the last
     micro-batch only. Epochs after the first score PPO's clipped ratio against the first epoch's log-probs.
     """

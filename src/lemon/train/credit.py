@@ -180,6 +180,8 @@ def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask:
                          ref_logprobs: torch.Tensor | None = None, kl_beta: float = 0.0) -> torch.Tensor:
     """GRPO/REINFORCE loss: masked token mean of -(A * logp); optional PPO clip and KL to a reference.
 
+    Shapes: `logprobs`, `advantages`, `mask`, `old_logprobs`, `ref_logprobs` [B, T]; returns a scalar.
+
     With `old_logprobs` (several optimiser steps per batch) the surrogate is PPO's clipped
     -min(rho A, clip(rho, 1-eps, 1+eps) A), rho = exp(logp - old). With `ref_logprobs` and kl_beta > 0,
     adds beta * KL via the k3 estimator exp(ref - logp) - (ref - logp) - 1 (non-negative; the log-ratio is
@@ -198,7 +200,9 @@ def policy_gradient_loss(logprobs: torch.Tensor, advantages: torch.Tensor, mask:
 
 
 def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token k3 estimate of KL(policy || ref): exp(d) - d - 1, d = ref - logp clamped to +-10 (>= 0)."""
+    """Per-token k3 estimate of KL(policy || ref): exp(d) - d - 1, d = ref - logp clamped to +-10 (>= 0).
+
+    Shapes: `logprobs`, `ref_logprobs` [B, T] -> [B, T]."""
     diff = torch.clamp(ref_logprobs - logprobs, -KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
     return torch.exp(diff) - diff - 1.0
 
@@ -206,6 +210,7 @@ def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
 def counterfactual_loss(logprobs: torch.Tensor, cf_advantages: torch.Tensor,
                         mask: torch.Tensor) -> torch.Tensor:
     """The counterfactual term alone: masked token mean of -(A_cf * logp), A_cf exactly 0 off the spans.
+    Shapes: `logprobs`, `cf_advantages`, `mask` [B, T]; returns a scalar.
 
     Same normalisation as `policy_gradient_loss`, so adding the two equals one policy-gradient loss with
     per-token advantages group + cf. Off-span tokens contribute 0 * d(logp) = exactly zero gradient.

@@ -12,6 +12,10 @@
    sampling policy) on `policy_gradient_loss + counterfactual_loss` (+ k3 KL to the reference), skipped
    when the batch carries no signal. Each group's prompt is scored once (`optim.share_prompt`).
 
+The jobs live one a module: `batch` (tasks per step, rewards -> advantages), `microbatch` (prompt sharing),
+`accumulate` (the loss), `update` (the optimiser steps), `metrics`, `checkpoint`, `workers` (the worker
+executor) and `settings` (the run's settings and config overrides); this module is the `Trainer` and `train`.
+
 Under `accelerate launch` each process runs the four phases on its share of the step's tasks; the loss is
 a token mean over the global batch and the groups are gathered for the metrics (`lemon.train.distributed`).
 
