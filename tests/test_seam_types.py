@@ -1,7 +1,8 @@
 """No `Any` in the public signatures of the seams between the runtime, evaluation and training (issue 22).
 
 A seam is where one part hands data to another: the runtime's results and trace records (what evaluation and
-training read), the orchestrator interface and its resolver, the trainer's tasks, rollout, batch, settings,
+training read), the orchestrator interface and its resolver, the benchmark interface, the evaluation harness and its
+results store (its rows: `ItemRow`, `RunInfo`), the trainer's tasks, rollout, batch, settings,
 update and run-folder rows, and the `lemon run` session. Their public functions and methods, and the fields of
 their public classes, must name their types: trace events, token records and stop decisions are TypedDicts,
 the trainer's rows (`samples.jsonl`) a TypedDict, models and optimizers torch's own classes.
@@ -25,6 +26,8 @@ SEAMS = (
     "lemon.runtime.executor", "lemon.runtime.trace", "lemon.runtime.rerun", "lemon.runtime.budget",
     "lemon.runtime.node_cache",
     "lemon.orchestrator.base", "lemon.orchestrator.resolve",
+    "lemon.benchmarks.base", "lemon.evaluation.item", "lemon.evaluation.methods", "lemon.evaluation.evaluate",
+    "lemon.evaluation.store",
     "lemon.train.tasks", "lemon.train.rollout", "lemon.train.batch", "lemon.train.settings", "lemon.train.metrics",
     "lemon.train.workers", "lemon.train.update", "lemon.train.accumulate", "lemon.train.microbatch",
     "lemon.train.checkpoint", "lemon.train.grpo",

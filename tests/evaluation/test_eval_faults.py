@@ -242,12 +242,11 @@ async def test_the_whole_run_cap_covers_the_orchestrator(tmp_path: Path, data_di
                              **common, pool_factory=lambda: _billing_pool(probe))
     assert free.stats.orchestrator_tokens_mean > 0 and free.not_computed == 0
     from lemon.benchmarks.registry import BENCHMARKS
-    from lemon.evaluation.methods import prompted_token_bound
     from lemon.orchestrator.prompted import PromptedOrchestrator
     from lemon.spec.roles import RoleLibrary
 
     writer = PromptedOrchestrator(_billing_pool(probe), RoleLibrary.load())
-    worst = prompted_token_bound(writer, BENCHMARKS["multiarith"].prompt(_items(data_dir, 1)[0]))
+    worst = writer.token_bound(BENCHMARKS["multiarith"].prompt(_items(data_dir, 1)[0]))
     cap = worst + 900  # the orchestrator's worst case (its bytes bound: ~5x its real cost) and a bit more
     assert cap < probe.billed
     backend = SpecWriter(default_words=200)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from lemon.errors import LemonError
 from lemon.paths import data_dir as resolve_data_dir
@@ -44,7 +44,7 @@ class Item:
     question: str
     answer: str
     choices: tuple[str, ...] = ()
-    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    meta: dict[str, object] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)

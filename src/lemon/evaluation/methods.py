@@ -26,8 +26,6 @@ from lemon.errors import LemonError
 if TYPE_CHECKING:  # the rest is imported where it is used: the CLI reads the table at startup, fast
     from lemon.llm.pool import Pool
     from lemon.orchestrator.base import Orchestrator, Proposal
-    from lemon.orchestrator.prompted import PromptedOrchestrator
-    from lemon.orchestrator.trained import TrainedOrchestrator
     from lemon.runtime.budget import TokenLedger
     from lemon.spec.model import Spec
     from lemon.spec.roles import RoleLibrary
@@ -137,13 +135,12 @@ class Baseline:
 @dataclass(frozen=True)
 class _Orchestrated:
     orchestrator: Orchestrator
-    token_bound: Callable[[str], int]  # the most tokens one proposal for a task can cost
 
     async def write(self, task: str, *, seed: int, ledger: TokenLedger | None = None) -> Written:
         if ledger is None:
             proposal = await self.orchestrator.propose(task, seed=seed)
             return Written(proposal.spec, proposal)
-        bound = self.token_bound(task)
+        bound = self.orchestrator.token_bound(task)  # the most tokens one proposal can cost
         held = await ledger.reserve(bound, bound, what="the orchestrator")
         spent = held  # failed or cut off: it may have been billed
         try:
@@ -152,6 +149,13 @@ class _Orchestrated:
             return Written(proposal.spec, proposal)
         finally:
             ledger.settle(held, spent)
+
+
+def _orchestrated(name: str, env: MethodEnv) -> _Orchestrated:
+    """The orchestrator called `name` (`orchestrator.resolve`, the one resolver `lemon run` uses too)."""
+    from lemon.orchestrator.resolve import resolve_orchestrator
+
+    return _Orchestrated(resolve_orchestrator(name, env.pool, env.roles))
 
 
 @dataclass(frozen=True)
@@ -169,27 +173,7 @@ class Template:
         return "teams:" + hashlib.sha256(data).hexdigest()[:16]
 
     def bind(self, env: MethodEnv) -> SpecWriter:
-        from lemon.orchestrator.template import TemplateOrchestrator
-
-        return _Orchestrated(TemplateOrchestrator(env.roles, env.pool.level_names), lambda task: 0)
-
-
-def prompted_token_bound(orchestrator: PromptedOrchestrator, task: str) -> int:
-    """The prompted orchestrator's worst case: a bound on its prompt plus its generation limit."""
-    from lemon.runtime.budget import prompt_token_bound
-
-    return prompt_token_bound(orchestrator.messages(task)) + orchestrator.max_tokens
-
-
-def trained_token_bound(orchestrator: TrainedOrchestrator, task: str) -> int:
-    """The trained policy's worst case: a bound on its prompt plus its generation limit."""
-    from lemon.llm.base import Message
-    from lemon.orchestrator.policy_prompt import policy_messages
-    from lemon.runtime.budget import prompt_token_bound
-
-    messages = policy_messages(task, orchestrator.roles, orchestrator.levels)
-    return (prompt_token_bound([Message(m["role"], m["content"]) for m in messages])  # type: ignore[arg-type]
-            + orchestrator.max_new_tokens)
+        return _orchestrated(self.name, env)
 
 
 @dataclass(frozen=True)
@@ -202,10 +186,7 @@ class Prompted:
         return None
 
     def bind(self, env: MethodEnv) -> SpecWriter:
-        from lemon.orchestrator.prompted import PromptedOrchestrator
-
-        orchestrator = PromptedOrchestrator(env.pool, env.roles)
-        return _Orchestrated(orchestrator, functools.partial(prompted_token_bound, orchestrator))
+        return _orchestrated(self.name, env)
 
 
 @dataclass(frozen=True)
@@ -239,10 +220,7 @@ class Trained:
         return "sha256:" + digest.hexdigest()[:16]
 
     def bind(self, env: MethodEnv) -> SpecWriter:
-        from lemon.orchestrator.trained import TrainedOrchestrator  # resolves the path; says if it is missing
-
-        orchestrator = TrainedOrchestrator(self.path, env.roles, env.pool.level_names)
-        return _Orchestrated(orchestrator, functools.partial(trained_token_bound, orchestrator))
+        return _orchestrated(self.name, env)  # says if the path is missing
 
 
 # ---- the table ----------------------------------------------------------------------------------------

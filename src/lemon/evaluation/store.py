@@ -32,7 +32,7 @@ import socket
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from typing import Any
 from lemon.errors import LemonError, StorageError
 from lemon.files import disk_full, not_regular
 from lemon.paths import ensure_dir, lemon_home
+from lemon.runtime.trace import AgentTokens
 
 SCHEMA_VERSION = 1
 
@@ -142,7 +143,7 @@ def default_store_path() -> Path:
     return lemon_home() / "results.sqlite"
 
 
-def make_run_id(**identity: Any) -> str:
+def make_run_id(**identity: object) -> str:
     """A short deterministic id for a run: sha256 of the canonical JSON of its identity fields."""
     blob = json.dumps(identity, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
@@ -158,7 +159,7 @@ class RunInfo:
     level: str
     seeds: int
     n_items: int
-    config: dict[str, Any]
+    config: dict[str, object]
     created: float
     updated: float
 
@@ -172,7 +173,7 @@ class ItemRow:
     prediction: str | None
     gold: str | None
     correct: bool
-    tokens: dict[str, Any]
+    tokens: dict[str, AgentTokens]  # per agent: its run's `RunResult.tokens_by_agent` record
     total_tokens: int
     latency_s: float
     trace_id: str | None
@@ -272,13 +273,13 @@ class ResultsStore:
     # ---- runs -------------------------------------------------------------------------------------------
 
     def ensure_run(self, run_id: str, *, benchmark: str, split: str, method: str, pool: str, level: str,
-                   seeds: int | Sequence[int], n_items: int, config: dict[str, Any]) -> RunInfo:
+                   seeds: int | Sequence[int], n_items: int, config: Mapping[str, object]) -> RunInfo:
         """Create the run row, or widen its seeds and `n_items` on an existing one (same id = same identity; a
         larger `--limit` adds items to the run, see `evaluate._find_run_id`). `seeds`: the seeds requested
         (an int N: 0..N-1); the run's `seeds` is the number of distinct seeds ever requested."""
         now = time.time()
         wanted = sorted(set(range(seeds) if isinstance(seeds, int) else seeds))
-        config_json = json.dumps(config, sort_keys=True, ensure_ascii=False, default=str)
+        config_json = json.dumps(dict(config), sort_keys=True, ensure_ascii=False, default=str)
         with self._tx():
             before = self._exec("SELECT seeds FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             self._exec(
@@ -363,7 +364,7 @@ class ResultsStore:
         return int(self._exec("SELECT COUNT(*) FROM claims WHERE run_id = ? AND owner != ? AND expires > ?",
                               (run_id, owner, time.time())).fetchone()[0])
 
-    def trace(self, run_id: str, item_id: str, seed: int = 0) -> dict[str, Any] | None:
+    def trace(self, run_id: str, item_id: str, seed: int = 0) -> dict[str, object] | None:
         """The stored trace of (run, item, seed), or None."""
         found = self._exec("SELECT trace_json FROM traces WHERE run_id = ? AND item_id = ? AND seed = ?",
                                  (run_id, item_id, seed)).fetchone()
@@ -418,19 +419,19 @@ class ResultsStore:
         ids = ", ".join(r["run_id"] for r in rows[:5])
         raise LemonError(f"run id prefix {selector!r} matches {len(rows)} runs ({ids}); give more characters")
 
-    def put_explanation(self, run_id: str, item_id: str, seed: int, result: dict[str, Any]) -> None:
+    def put_explanation(self, run_id: str, item_id: str, seed: int, result: Mapping[str, object]) -> None:
         """Store (or replace) the counterfactual attribution of one (run, item, seed), in one transaction."""
+        blob = json.dumps(dict(result), ensure_ascii=False, default=str)
         with self._tx():
             self._db.execute("INSERT OR REPLACE INTO explanations(run_id, item_id, seed, result_json, created) "
-                             "VALUES (?,?,?,?,?)", (run_id, item_id, seed,
-                                                    json.dumps(result, ensure_ascii=False, default=str), time.time()))
+                             "VALUES (?,?,?,?,?)", (run_id, item_id, seed, blob, time.time()))
 
-    def explanation(self, run_id: str, item_id: str, seed: int = 0) -> dict[str, Any] | None:
+    def explanation(self, run_id: str, item_id: str, seed: int = 0) -> dict[str, object] | None:
         found = self._db.execute("SELECT result_json FROM explanations WHERE run_id = ? AND item_id = ? AND seed = ?",
                                  (run_id, item_id, seed)).fetchone()
         return json.loads(found["result_json"]) if found else None
 
-    def explanations(self, run_id: str) -> list[dict[str, Any]]:
+    def explanations(self, run_id: str) -> list[dict[str, object]]:
         rows = self._db.execute("SELECT result_json FROM explanations WHERE run_id = ? ORDER BY item_id, seed",
                                 (run_id,)).fetchall()
         return [json.loads(r["result_json"]) for r in rows]
