@@ -17,8 +17,8 @@ from lemon.train.rollout import RolloutSettings, score_group
 from lemon.train.tasks import load_train_tasks
 from lemon.train.verified import bank_candidates, bank_targets
 from lemon.train.workers import worker_executor
-from tests.evaluation.test_cli import scripted_pool_yaml
 from tests.evalcall import evaluate_kw
+from tests.evaluation.test_cli import scripted_pool_yaml
 
 
 def test_the_bank_mode_seed_is_evaluations_seed_0_whatever_the_run_seed() -> None:

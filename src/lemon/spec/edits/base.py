@@ -57,8 +57,8 @@ class EditFamily(Protocol):
         """The edit in words, for `lemon explain`, the training log and the viewer."""
         ...
 
-    def value(self, agent: Agent, ref: FieldRef) -> str | None:
-        """What `ref` holds in `agent` as the canonical text writes it; None when absent."""
+    def value(self, spec: Spec, ref: FieldRef) -> str | None:
+        """What `ref` holds in `spec` as the canonical text writes it; None when absent."""
         ...
 
     def rewrite(self, text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
