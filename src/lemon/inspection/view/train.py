@@ -5,7 +5,7 @@ Reads what the trainer writes (`lemon.train.run_dir`): `metrics.jsonl` (one row 
 completion) and `run.json` (settings and config). It reads the files only, never imports `lemon.train`
 (inspection sits above train).
 
-The heat map recomputes what `grpo.build_batch` puts on the completion, per CHARACTER (the trainer works per
+The heat map recomputes what `batch.build_batch` puts on the completion, per CHARACTER (the trainer works per
 token; the page says so): the group advantage (reward − the mean reward of its (step, task) group) on every
 character, plus cf_weight·Δ spread evenly over the characters of the edited field's span (the trainer spreads
 it over the span's tokens). With `advantage_scale` other than `none` the trainer also divides both terms by one
