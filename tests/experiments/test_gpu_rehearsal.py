@@ -46,8 +46,10 @@ def test_the_rehearsal_runs_every_stage_of_the_gpu_plan(tmp_path: Path, data_dir
     for arm in ("cf", "global"):  # GRPO updated the LoRA weights from valid specs
         metrics[arm] = [json.loads(x) for x in (runs / arm / "metrics.jsonl").read_text().splitlines()]
         assert metrics[arm] and all(r["updated"] == 1.0 and r["valid_rate"] > 0 for r in metrics[arm])
-        run = json.loads((runs / arm / "run.json").read_text())["settings"]
-        assert run["lora"] and run["gradient_checkpointing"] and run["cf"] == (arm == "cf") and run["pool"] == "tiny"
+        recorded = json.loads((runs / arm / "run.json").read_text())
+        run, optim = recorded["settings"], recorded["config"]["optim"]
+        assert run["lora"] and run["cf"] == (arm == "cf") and run["pool"] == "tiny"
+        assert optim["gradient_checkpointing"] and optim["micro_batch"] == 2
         assert (out / f"adapter-{arm}.safetensors").stat().st_size > 0
     # the served workers ran the specs (the global arm's same specs are LLM-cache hits) and a counterfactual
     assert any(r["worker_tokens"] > 0 and r["cf_count"] > 0 for r in metrics["cf"])
