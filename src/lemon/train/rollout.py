@@ -41,6 +41,7 @@ from lemon.runtime import Executor, NodeCache, RunResult
 from lemon.runtime.executor import derive_seed, required_agents
 from lemon.runtime.rerun import rerun_plan
 from lemon.spec.edits import applicable_edits, describe_edit, draw_edit, field_value
+from lemon.spec.edits import family as edit_family
 from lemon.spec.model import Spec
 from lemon.spec.render import FieldRef, RenderedSpec, render_spec
 from lemon.spec.roles import RoleLibrary
@@ -316,7 +317,7 @@ def _edit_options(s: Sample, allowed: Sequence[str], levels: Sequence[str],
     spec = s.spec
     inert = {a.name for a in spec.agents if roles[a.role].kind == "vote"}
     options = {f: [r for r in live_fields(spec, applicable_edits(spec, f, levels))  # type: ignore[arg-type]
-                   if r in spans and not (r.kind == "capacity" and r.agent in inert)] for f in allowed}
+                   if r in spans and not (edit_family(f).model_only and r.agent in inert)] for f in allowed}
     return {f: refs for f, refs in options.items() if refs}
 
 

@@ -43,6 +43,7 @@ class EditFamily(Protocol):
 
     name: Family
     kind: FieldKind  # the kind of field it edits
+    model_only: bool  # its field only picks the agent's model: an agent that calls none (a vote) has no such edit
 
     def fields(self, spec: Spec, levels: Sequence[str]) -> list[FieldRef]:
         """Every field of `spec` where this family applies, in spec order."""
@@ -74,6 +75,8 @@ class EditFamily(Protocol):
 
 class FieldEdits:
     """The defaults most families share: an edit rewrites its field in place and changes its agent's request."""
+
+    model_only: bool = False
 
     def rewrite(self, text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
         return start, end, replacement

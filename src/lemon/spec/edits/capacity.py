@@ -44,6 +44,8 @@ class _Levels(FieldEdits):
     """What both level families share: the field is the agent's capacity, and a move between two levels one
     model serves changes no request."""
 
+    model_only: bool = True
+
     def value(self, spec: Spec, ref: FieldRef) -> str | None:
         return spec.agent(ref.agent).capacity
 
