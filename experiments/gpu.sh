@@ -253,6 +253,9 @@ run_all() {  # the pending stages in order, each timed; under REHEARSE a stage t
 
 rehearse() {  # HERE: cut this machine's files into pieces, carry and assemble them as there, then every stage
   local k t0=$SECONDS rc=0
+  if [ -n "$(ls -A "$WORK" 2>/dev/null)" ] && [ ! -f "$WORK/stage-times.txt" ]; then  # starts afresh: never
+    echo "WORK=$WORK holds files of something other than a rehearsal; name an empty or new folder" >&2; return 2
+  fi
   rm -rf "$WORK"; mkdir -p "$WORK"
   echo "== rehearsal in $WORK (REHEARSAL_S=$CALL_BUDGET_S)"
   python3 experiments/gpu_plan.py pack-rehearsal "$WORK/pieces"

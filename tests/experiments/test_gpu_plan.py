@@ -158,3 +158,10 @@ def test_verify_names_what_the_machine_lacks_in_one_line(tmp_path: Path) -> None
     res = subprocess.run([*plan, str(bad)], capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "no-such-distribution-lemon>=1 (found nothing)" in res.stderr and "packaging<1" in res.stderr
+
+
+def test_the_rehearsal_starts_afresh_only_in_a_folder_of_its_own(tmp_path: Path) -> None:
+    (tmp_path / "thesis.tex").write_text("mine")
+    res = _sh("rehearse", WORK=str(tmp_path))
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "WORK=" in res.stderr
+    assert (tmp_path / "thesis.tex").read_text() == "mine"
