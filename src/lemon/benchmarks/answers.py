@@ -59,3 +59,6 @@ def choice_check(prediction: str, item: Item) -> bool:
 
 NUMBER = AnswerKind("number", number_prompt, number_extract, number_check)
 CHOICE = AnswerKind("choice", choice_prompt, choice_extract, choice_check)
+
+#: The answer kinds a gold answer alone can grade, by name (code has none: only a benchmark's tests judge code).
+GRADED_KINDS: dict[str, AnswerKind] = {k.name: k for k in (NUMBER, CHOICE)}

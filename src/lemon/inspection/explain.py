@@ -336,18 +336,19 @@ def _early_stops(trace: dict[str, Any]) -> dict[str, Any]:
 def gold_checker(kind: str, gold: str | None) -> Checker:
     """(extracted answer, right) of an answer of this kind; right is None without a gold answer (or for code,
     which only a benchmark's tests can judge), and the edits then say whether the extracted answer changed."""
-    from lemon.benchmarks.extract import numbers_equal
+    from lemon.benchmarks.answers import GRADED_KINDS
+    from lemon.benchmarks.base import Item
     from lemon.inspection.tracefile import answer_extractor
 
     extract = answer_extractor(kind) or (lambda text: text.strip() or None)
+    graded = GRADED_KINDS.get(kind)
+    item = Item(id="trace", question="", answer=gold or "")
 
     def check(answer: str) -> tuple[str | None, bool | None]:
         pred = extract(answer)
-        if gold is None or kind == "code":
+        if gold is None or graded is None:
             return pred, None
-        if kind == "choice":
-            return pred, pred is not None and pred == gold.strip().upper()
-        return pred, pred is not None and numbers_equal(pred, gold)
+        return pred, pred is not None and graded.check(pred, item)
 
     return check
 
