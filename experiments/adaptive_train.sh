@@ -29,7 +29,7 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 
 if has sft && [ ! -f "$runs/sft/sft.json" ]; then
   lemon sft --out "$runs/sft" --teacher bank --teacher-pool "$pool" --benchmark "$mix" --limit "${N_TRAIN:-40}" \
-    --n-eval "${N_EVAL:-6}" --epochs "${EPOCHS:-3}" --seed 0
+    --n-eval "${N_EVAL:-2}" --epochs "${EPOCHS:-3}" --seed 0
 fi
 
 arms=()

@@ -35,3 +35,17 @@ def test_a_mixture_interleaves_the_train_splits_and_never_touches_a_test_item(da
 def test_a_bad_mixture_is_one_line(data_dir: Path, benchmarks: str, split: str | None, message: str) -> None:
     with pytest.raises(LemonError, match=message):
         load_train_tasks(benchmarks, split=split, data_dir=data_dir)
+
+
+def test_sft_holds_out_items_after_each_benchmarks_training_items(data_dir: Path, tmp_path: Path) -> None:
+    """`lemon sft --limit N` on a mixture counts per benchmark, as `lemon train --limit N` does: its held-out
+    items (the valid-spec rate) are never items that GRPO then trains on."""
+    from lemon.train.sft import SFTSettings, sft_tasks
+
+    s = SFTSettings(out_dir=tmp_path, benchmark="gsm8k,svamp,multiarith", n_train=2, n_eval=1,
+                    data_dir=str(data_dir))
+    _, train, held_out = sft_tasks(s)
+    _, grpo = load_train_tasks("gsm8k,svamp,multiarith", limit=2, data_dir=data_dir)
+    assert [t.id for t in train] == [t.id for t in grpo] and len(held_out) == 3
+    assert not {t.id for t in held_out} & {t.id for t in grpo}
+    assert {t.id.split("/")[0] for t in held_out} == {"gsm8k", "svamp", "multiarith"}

@@ -57,8 +57,8 @@ def sft_cmd(
                                               "sample bank answers (one CoT agent, votes of 3 and 5, stopping "
                                               "votes), at the strongest level.")] = "prompted",
     policy: Annotated[str | None, typer.Option(help="Policy to fine-tune (HF dir); default SmolLM2-135M.")] = None,
-    limit: Annotated[int, opt("limit", help="The first N training-split items: the teacher writes their specs."
-                               )] = 200,
+    limit: Annotated[int, opt("limit", help="The first N training-split items (of each benchmark in a "
+                               "mixture): the teacher writes their specs.")] = 200,
     n_eval: Annotated[int, typer.Option(help="Further held-out items for the valid-spec rate.")] = 50,
     epochs: Annotated[int, typer.Option(help="Passes over the teacher's specs.")] = 3,
     lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 2e-5,
@@ -177,7 +177,8 @@ def train_cmd(
                                           "is the pool lemon eval measures with).")] = DEFAULT_POOL,
     policy: Annotated[str | None, typer.Option(help="Initial policy (HF dir, e.g. the SFT model).")] = None,
     steps: Annotated[int, typer.Option(help="Total optimiser steps (a resumed run continues to this).")] = 100,
-    limit: Annotated[int | None, opt("limit", help="Use the first N items of the train split.")] = None,
+    limit: Annotated[int | None, opt("limit", help="Use the first N items of the train split (of each "
+                                          "benchmark in a mixture).")] = None,
     config: Annotated[Path | None, typer.Option(help="Training config YAML (default: packaged).")] = None,
     save_every: Annotated[int, typer.Option(help="Checkpoint every N steps (and at the end).")] = 50,
     keep_checkpoints: Annotated[int, typer.Option(help="Checkpoints kept on disk.")] = 2,

@@ -269,6 +269,17 @@ def _save_model(model: Any, tokenizer: Any, target: Path) -> None:
     os.rename(tmp, target)
 
 
+def sft_tasks(s: SFTSettings) -> tuple[str, list[TrainTask], list[TrainTask]]:
+    """(split, targets' tasks, held-out tasks for the valid-spec rate), counted per benchmark as `lemon train
+    --limit` counts: in a mixture the held-out items follow EACH benchmark's first `n_train`, so none of them is
+    an item GRPO then trains on."""
+    split, train_tasks = load_train_tasks(s.benchmark, limit=s.n_train, data_dir=s.data_dir)
+    _, eval_tasks = load_train_tasks(s.benchmark, limit=s.n_eval, offset=s.n_train, data_dir=s.data_dir)
+    if len(eval_tasks) < s.n_eval * len(s.benchmark.split(",")):
+        raise LemonError(f"{s.benchmark}/{split} has too few items for {s.n_train} + {s.n_eval} per benchmark")
+    return split, train_tasks, eval_tasks
+
+
 async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
                   examples: Sequence[SFTExample] | None = None) -> dict[str, Any]:
     """The whole `lemon sft`: teacher data, validity before, fine-tune, validity after, save; returns the report.
@@ -283,10 +294,7 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
     if s.threads:
         torch.set_num_threads(s.threads)
     t0 = time.perf_counter()
-    split, items = load_train_tasks(s.benchmark, limit=s.n_train + s.n_eval, data_dir=s.data_dir)
-    train_tasks, eval_tasks = items[:s.n_train], items[s.n_train:]
-    if len(eval_tasks) < s.n_eval:
-        raise LemonError(f"{s.benchmark}/{split} has only {len(items)} items; need {s.n_train} + {s.n_eval}")
+    split, train_tasks, eval_tasks = sft_tasks(s)
     roles = RoleLibrary.load()
     levels = pool_level_names(s.teacher_pool)
     s.out_dir.mkdir(parents=True, exist_ok=True)
