@@ -29,6 +29,7 @@ import torch
 from lemon.errors import LemonError
 from lemon.llm.serve import workers_for
 from lemon.orchestrator.policy_prompt import policy_messages, strict_spec
+from lemon.spec.model import Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.train.distributed import wants_cuda
@@ -143,6 +144,13 @@ async def teacher_examples(tasks: Sequence[TrainTask], *, pool_name: str, level:
     return kept, counts
 
 
+def verified_sft_examples(targets: Sequence[tuple[TrainTask, str, Spec]],
+                          won: dict[str, int]) -> tuple[list[SFTExample], dict[str, int]]:
+    """Executed-and-right targets as SFT examples, with how many distinct teams they teach."""
+    examples = [SFTExample(t.id, t.prompt, render_spec(spec).text, label, True) for t, label, spec in targets]
+    return examples, {**won, "distinct_targets": len({e.target for e in examples})}
+
+
 async def verified_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
                             progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
     """SFT examples from `verified.verified_targets` on the teacher pool (workers sampled as in training)."""
@@ -162,9 +170,7 @@ async def verified_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
                                               progress=progress)
     finally:
         await pool.aclose()
-    examples = [SFTExample(t.id, t.prompt, render_spec(spec).text, label, True) for t, label, spec in targets]
-    won["distinct_targets"] = len({e.target for e in examples})
-    return examples, won
+    return verified_sft_examples(targets, won)
 
 
 async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings,
@@ -183,9 +189,7 @@ async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings,
                                           progress=progress)
     finally:
         await pool.aclose()
-    examples = [SFTExample(t.id, t.prompt, render_spec(spec).text, label, True) for t, label, spec in targets]
-    won["distinct_targets"] = len({e.target for e in examples})
-    return examples, won
+    return verified_sft_examples(targets, won)
 
 
 async def library_examples(tasks: Sequence[TrainTask], s: SFTSettings,

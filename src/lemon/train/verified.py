@@ -14,7 +14,7 @@ candidate was always right gives no example. Baselines among the candidates keep
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from lemon.runtime import Executor
@@ -93,18 +93,13 @@ async def bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward
     holds the task. The winner differs by item (one agent where one suffices, a stopping vote where it does
     not), which is what the data should teach (issue 24)."""
     level = executor.pool.level_names[-1]
-    candidates: dict[str, list[tuple[str, Spec]]] = {}
-    won: Counter[str] = Counter()
-    out = []
-    for i, task in enumerate(tasks):
-        cands = candidates.setdefault(task.kind, bank_candidates(task.kind, executor.roles, level))
-        best = await best_candidate(executor, task, cands, reward=reward, worker_samples=1, seed=task.bank_seed)
-        won[best[0] if best else "none right"] += 1
-        if best is not None:
-            out.append((task, best[0], best[1]))
-        if progress is not None:
-            progress("bank", i + 1, len(tasks))
-    return out, dict(won)
+    fixed: dict[str, list[tuple[str, Spec]]] = {}
+
+    async def candidates(task: TrainTask) -> list[tuple[str, Spec]]:
+        return fixed.setdefault(task.kind, bank_candidates(task.kind, executor.roles, level))
+
+    return await pick_targets(tasks, executor, candidates, lambda task: task.bank_seed, reward=reward,
+                              worker_samples=1, phase="bank", progress=progress)
 
 
 async def best_candidate(executor: Executor, task: TrainTask, candidates: Sequence[tuple[str, Spec]], *,
@@ -130,19 +125,33 @@ async def verified_targets(tasks: Sequence[TrainTask], executor: Executor, *, re
 
     levels = executor.pool.level_names
     fixed: dict[str, list[tuple[str, Spec]]] = {}
-    won: Counter[str] = Counter()
-    out = []
-    for i, task in enumerate(tasks):
-        candidates = list(fixed.setdefault(task.kind, candidate_specs(task.kind, executor.roles, levels)))
+
+    async def candidates(task: TrainTask) -> list[tuple[str, Spec]]:
+        out = list(fixed.setdefault(task.kind, candidate_specs(task.kind, executor.roles, levels)))
         if teacher is not None:
             proposal = await teacher.propose(task.prompt)
             if proposal.source != "fallback":
-                candidates.insert(0, ("teacher", live_spec(proposal.spec)))
-        best = await best_candidate(executor, task, candidates, reward=reward, worker_samples=worker_samples,
-                                    seed=stable_seed(seed, "verified", task.id))
+                out.insert(0, ("teacher", live_spec(proposal.spec)))
+        return out
+
+    return await pick_targets(tasks, executor, candidates, lambda task: stable_seed(seed, "verified", task.id),
+                              reward=reward, worker_samples=worker_samples, phase="verify", progress=progress)
+
+
+async def pick_targets(tasks: Sequence[TrainTask], executor: Executor,
+                       candidates: Callable[[TrainTask], Awaitable[list[tuple[str, Spec]]]],
+                       seed_of: Callable[[TrainTask], int], *, reward: RewardConfig, worker_samples: int,
+                       phase: str, progress: Progress | None) -> tuple[list[tuple[TrainTask, str, Spec]],
+                                                                       dict[str, int]]:
+    """Per task, `best_candidate` of its candidates under its worker seed; how often each label won."""
+    won: Counter[str] = Counter()
+    out = []
+    for i, task in enumerate(tasks):
+        best = await best_candidate(executor, task, await candidates(task), reward=reward,
+                                    worker_samples=worker_samples, seed=seed_of(task))
         won[best[0] if best else "none right"] += 1
         if best is not None:
             out.append((task, best[0], best[1]))
         if progress is not None:
-            progress("verify", i + 1, len(tasks))
+            progress(phase, i + 1, len(tasks))
     return out, dict(won)
