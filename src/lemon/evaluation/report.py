@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,7 @@ from lemon.errors import LemonError, StorageError
 from lemon.evaluation.baselines import method_names
 from lemon.evaluation.methods import run_label, shown_level, uses_level
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
+from lemon.evaluation.teams import adaptive_runs, teams_lines
 from lemon.files import disk_full, write_atomic
 from lemon.llm.models import parameters_b
 
@@ -275,8 +277,9 @@ def _fmt_tokens(x: float) -> str:
 
 
 def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResult], *, store_path: Path,
-                    generated_at: str) -> str:
-    """The results document: provenance line, one table per benchmark, then the paired tests."""
+                    generated_at: str, teams: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The results document: provenance line, one table per benchmark, the paired tests, then the teams each
+    orchestrating method wrote (`teams`: benchmark -> markdown lines, see `lemon.evaluation.teams`)."""
     lines = [
         "# LEMON evaluation results",
         "",
@@ -309,6 +312,8 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
         lines += _render_front([s for s in stats if s.run.benchmark == bench])
         for c in (c for c in comparisons if c.run_a.benchmark == bench):
             lines += ["", *_render_comparison(c)]
+        if teams and teams.get(bench):
+            lines += ["", *teams[bench]]
     return "\n".join(lines) + "\n"
 
 
@@ -418,7 +423,10 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
             raise LemonError(f"--compare {a},{b}: no two runs share benchmark, split, pool "
                              "and level; run both methods with the same --split/--pool/--level first")
         comparisons.extend(found)
-    markdown = render_markdown(stats, comparisons, store_path=store.path, generated_at=generated_at)
+    teams: dict[str, list[str]] = defaultdict(list)
+    for run in adaptive_runs(store, runs, method_names()):
+        teams[run.benchmark] += teams_lines(store, run)
+    markdown = render_markdown(stats, comparisons, store_path=store.path, generated_at=generated_at, teams=teams)
     if out is not None:
         write_report(out, markdown)
     plot_path = plot_accuracy_vs_tokens(stats, plot, store_path=store.path, generated_at=generated_at) \

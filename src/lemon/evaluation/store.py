@@ -451,6 +451,13 @@ class ResultsStore:
                           (max_chars, run_id))
         return {(r["item_id"], int(r["seed"])): r["task"] for r in rows if r["task"]}
 
+    def topologies(self, run_id: str) -> dict[tuple[str, int], dict[str, object]]:
+        """The team (the trace's `topology`) of each (item, seed) of a run, read inside SQLite (the report
+        counts the teams a policy wrote without parsing whole traces)."""
+        rows = self._rows("SELECT item_id, seed, json_extract(trace_json, '$.topology') AS top FROM traces "
+                          "WHERE run_id = ? AND json_valid(trace_json)", (run_id,))
+        return {(r["item_id"], int(r["seed"])): json.loads(r["top"]) for r in rows if r["top"]}
+
     def count(self, run_id: str) -> int:
         return int(self._exec("SELECT COUNT(*) FROM items WHERE run_id = ?", (run_id,)).fetchone()[0])
 
