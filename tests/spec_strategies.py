@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from lemon.spec.model import MAX_AGENTS, MAX_DUTY_LEN, RESERVED_NAMES, Agent, Spec
+from lemon.spec.model import MAX_AGENTS, MAX_DUTY_LEN, MAX_LOGPROB, MIN_LOGPROB, RESERVED_NAMES, Agent, Spec, StopRule
 from tests.pools import LEVELS
 
 ROLES = ("analyst", "critic", "final_decision_maker", "generalist", "knowledge_expert", "math_solver",
@@ -53,3 +53,17 @@ def specs_with_copies(draw: st.DrawFn) -> Spec:
         reader = reader.model_copy(update={"name": "zz_reader"})
     agents = (*spec.agents, *copies, reader) if readers else (*spec.agents, *copies)
     return Spec(agents=agents, output=spec.output)
+
+
+#: A stop rule's `logprob` gate: absent, or any whole number of nats in its bounds (the ends included).
+gates = st.none() | st.integers(MIN_LOGPROB, MAX_LOGPROB) | st.sampled_from([MIN_LOGPROB, MAX_LOGPROB])
+
+#: Stop rules as written: agree k, or a confidence bound, each with or without a gate, or a gate alone; with or
+#: without max and wave (a max below what the rule needs is drawn too: validation refuses it against the parents).
+stop_rules = st.one_of(
+    st.builds(lambda k, m, w, g: StopRule(agree=k, max=max(m, k) if m else None, wave=w, logprob=g),
+              st.integers(2, 4), st.none() | st.integers(2, 6), st.integers(1, 3), gates),
+    st.builds(lambda c, m, g: StopRule(confidence=c, max=m, logprob=g), st.sampled_from([0.5, 0.8, 0.95, 0.99]),
+              st.none() | st.integers(2, 6), gates),
+    st.builds(lambda m, w, g: StopRule(max=m, wave=w, logprob=g), st.none() | st.integers(1, 6), st.integers(1, 3),
+              st.integers(MIN_LOGPROB, MAX_LOGPROB)))

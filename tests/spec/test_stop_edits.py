@@ -25,6 +25,7 @@ from lemon.spec.render import FieldRef, render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
 from tests.pools import LEVELS
+from tests.spec_strategies import stop_rules
 
 ROLES = RoleLibrary.load()
 
@@ -37,11 +38,6 @@ def team(n: int, rule: StopRule | None) -> Spec:
     return Spec(agents=(*voters, vote), output="vote")
 
 
-rules = st.one_of(
-    st.builds(lambda k, m, w: StopRule(agree=k, max=max(m, k) if m else None, wave=w),
-              st.integers(2, 4), st.none() | st.integers(2, 6), st.integers(1, 3)),
-    st.builds(lambda c, m: StopRule(confidence=c, max=m), st.sampled_from([0.5, 0.8, 0.95, 0.99]),
-              st.none() | st.integers(2, 6)))
 
 
 def test_remove_is_the_deterministic_operator_and_says_so() -> None:
@@ -62,7 +58,7 @@ def test_variants_move_one_notch() -> None:
     assert got == {(2, 4), (4, 4), (3, None), (3, 3)}
 
 
-@given(st.integers(3, 8), rules, st.integers(0, 10_000))
+@given(st.integers(3, 8), stop_rules, st.integers(0, 10_000))
 def test_every_drawn_stop_edit_validates_and_its_window_rewrites_the_text(n: int, rule: StopRule, seed: int) -> None:
     spec = team(n, rule)
     try:

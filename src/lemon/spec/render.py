@@ -52,8 +52,13 @@ class _Writer:
 
 
 def render_stop(rule: StopRule) -> str:
-    """A stop rule as a one-line YAML flow mapping, fixed key order, defaults left out (fewer spec tokens)."""
-    parts = [f"agree: {rule.agree}" if rule.agree is not None else f"confidence: {rule.confidence!r}"]
+    """A stop rule as a one-line YAML flow mapping, fixed key order (the `logprob` gate first, as it is checked
+    first; then the agreement criterion, max, wave), defaults left out (fewer spec tokens)."""
+    parts = [f"logprob: {rule.logprob}"] if rule.logprob is not None else []
+    if rule.agree is not None:
+        parts.append(f"agree: {rule.agree}")
+    elif rule.confidence is not None:
+        parts.append(f"confidence: {rule.confidence!r}")
     if rule.max is not None:
         parts.append(f"max: {rule.max}")
     if rule.wave != 1:

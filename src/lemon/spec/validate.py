@@ -101,8 +101,11 @@ def _stop_problems(a: Agent, roles: RoleLibrary) -> Iterator[str]:
     limit = a.stop.max if a.stop.max is not None else n
     if limit > n:
         yield f"{where}: max {limit} exceeds its {n} parents; lower max or add parents"
-    elif a.stop.first_wave > limit:
-        yield f"{where}: agree {a.stop.first_wave} can never fire with at most {limit} parents; lower agree"
+    elif a.stop.agree is None and a.stop.confidence is None and limit < 2:
+        yield (f"{where}: a logprob gate alone with max {limit} decides nothing (that parent is taken either way); "
+               "raise max to 2 or more, or remove stop")
+    elif a.stop.least_parents > limit:
+        yield f"{where}: agree {a.stop.least_parents} can never fire with at most {limit} parents; lower agree"
 
 
 def validate_spec(spec: Spec, roles: RoleLibrary, levels: Sequence[str]) -> Spec:

@@ -2,16 +2,20 @@
 
 The deterministic operator removes the rule (every parent runs: Δ says what stopping early cost or saved on
 this item). Drawn variants move the rule by one notch: `agree` k +/- 1, or `max` +/- 2 (an absent max is the
-number of parents), clamped to what validates (k >= 2, k <= max <= the parents)."""
+number of parents), clamped to what validates (k >= 2, k <= max <= the parents); a `logprob` gate moves by
++/- 5 nats (clamped to its bounds) or is dropped where another criterion remains. Only variants that validate
+are offered."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
 from lemon.errors import SpecError
 from lemon.spec.edits.base import Edit, EditFamily, Family, FieldEdits, agent_of, make_edit
-from lemon.spec.model import Agent, Spec, StopRule
+from lemon.spec.model import MAX_LOGPROB, MIN_LOGPROB, Agent, Spec, StopRule
 from lemon.spec.render import FieldKind, FieldRef, render_stop
 
 
@@ -22,19 +26,51 @@ def remove_stop(spec: Spec, agent: str) -> Edit:
     return make_edit(spec, "stop", FieldRef("stop", agent), stop=None)
 
 
+#: How far one notch moves a `logprob` gate, in nats.
+LOGPROB_STEP = 5
+
+
 def stop_variants(agent: Agent) -> list[StopRule]:
-    """The rules one notch from `agent`'s: agree k +/- 1, max +/- 2 (clamped), each within the agent's parents."""
+    """The rules one notch from `agent`'s: agree k +/- 1, max +/- 2 (clamped), a gate's logprob -/+ 5 (clamped)
+    or the gate dropped, each within the agent's parents; only rules that validate there."""
     rule = agent.stop
     if rule is None:
         return []
     n = len(agent.depends_on)
     limit = rule.max if rule.max is not None else n
-    out: list[StopRule] = []
+    updates: list[dict[str, object]] = []
     if rule.agree is not None:
-        out += [rule.model_copy(update={"agree": k}) for k in (rule.agree - 1, rule.agree + 1) if 2 <= k <= limit]
-    for m in sorted({max(limit - 2, rule.first_wave), min(limit + 2, n)} - {limit}):
-        out.append(rule.model_copy(update={"max": None if m == n else m}))
-    return out
+        updates += [{"agree": k} for k in (rule.agree - 1, rule.agree + 1) if 2 <= k <= limit]
+    updates += [{"max": None if m == n else m}
+                for m in sorted({max(limit - 2, rule.least_parents), min(limit + 2, n)} - {limit})]
+    if rule.logprob is not None:
+        moved = sorted({min(max(rule.logprob + d, MIN_LOGPROB), MAX_LOGPROB) for d in (-LOGPROB_STEP, LOGPROB_STEP)})
+        updates += [{"logprob": t} for t in moved if t != rule.logprob]
+        updates.append({"logprob": None})
+    return [v for u in updates if (v := _variant(rule, u, n)) is not None]
+
+
+def _variant(rule: StopRule, update: dict[str, object], parents: int) -> StopRule | None:
+    """`rule` with `update`, validated as a written rule would be (None when it would not be one)."""
+    try:
+        new = StopRule.model_validate({**rule.model_dump(), **update})
+    except ValidationError:
+        return None
+    limit = new.max if new.max is not None else parents
+    return new if new.least_parents <= limit else None
+
+
+def describe_gate(old: StopRule, new: StopRule) -> str:
+    """What a move of the `logprob` gate does, in words (empty when the gate did not change)."""
+    if old.logprob == new.logprob:
+        return ""
+    if new.logprob is None:
+        return "; no parent is taken alone any more"
+    if old.logprob is None:
+        return f"; a parent whose reply has log-probability >= {new.logprob} is taken alone"
+    stricter = new.logprob > old.logprob
+    return (f"; the gate is {'stricter' if stricter else 'looser'}: a parent is taken alone at log-probability "
+            f">= {new.logprob} instead of >= {old.logprob}")
 
 
 class StopFamily(FieldEdits):
@@ -56,7 +92,8 @@ class StopFamily(FieldEdits):
         before = render_stop(old) if old else "none"
         if new is None:
             return f"remove the stop rule of {ref.agent} ({before}): every parent runs"
-        return f"change the stop rule of {ref.agent}: {before} -> {render_stop(new)}"
+        gate = describe_gate(old, new) if old else ""
+        return f"change the stop rule of {ref.agent}: {before} -> {render_stop(new)}{gate}"
 
     def value(self, spec: Spec, ref: FieldRef) -> str | None:
         rule = spec.agent(ref.agent).stop
