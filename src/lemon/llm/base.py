@@ -1,8 +1,10 @@
 """The one seam for model backends: a chat request in, a completion with token counts out.
 
 Every backend (embedded llama.cpp, any OpenAI-compatible endpoint, the scripted test double) implements
-`Backend.complete`. Requests are immutable and hashable-by-content (`request_key`), which is what both the
-persistent LLM cache and the runtime's node cache are keyed on.
+`Backend.complete`; those that can also score a given reply under their model (embedded llama.cpp, the LLM
+cache in front of one, the scripted double) implement `Scorer.score` too, a separate protocol so that a
+Backend (and every test double of one) owes nothing new. Requests are immutable and hashable-by-content
+(`request_key`), which is what both the persistent LLM cache and the runtime's node cache are keyed on.
 """
 
 from __future__ import annotations
@@ -117,3 +119,22 @@ class Backend(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """A backend that scores a given reply under its model (a stop rule's `logprob` gate asks it)."""
+
+    async def score(self, request: ChatRequest, reply: str) -> float:
+        """The sum of `reply`'s token log-probabilities (natural log) after `request`'s messages, teacher-forced
+        under the raw logits: the request's sampling parameters (temperature, seed) do not matter."""
+        ...
+
+
+def can_score(backend: object) -> bool:
+    """Whether `backend` scores replies: a `Scorer`, and for a wrapper (the LLM cache: its `inner`) one whose
+    wrapped backend scores too."""
+    if not isinstance(backend, Scorer):
+        return False
+    inner = getattr(backend, "inner", None)
+    return inner is None or can_score(inner)

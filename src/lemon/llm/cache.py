@@ -13,7 +13,10 @@ and still returned: the call was paid for, and losing its result to a cache faul
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import math
 import sqlite3
 import threading
 import time
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from lemon.errors import BackendError, StorageError
 from lemon.files import disk_full
-from lemon.llm.base import Backend, ChatRequest, Completion, request_key
+from lemon.llm.base import Backend, ChatRequest, Completion, Scorer, request_key
 from lemon.paths import ensure_dir
 
 log = logging.getLogger(__name__)
@@ -36,6 +39,22 @@ CREATE TABLE IF NOT EXISTS completions (
     created REAL NOT NULL
 )
 """
+# Scores of replies (a stop rule's logprob gate), in a table of their own: a cache file written before it
+# existed gains it on open and keeps every completion as it was.
+_SCORES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS scores (
+    key TEXT PRIMARY KEY,
+    model TEXT,
+    logprob REAL,
+    created REAL
+)
+"""
+
+
+def score_key(model_id: str, request: ChatRequest, reply: str) -> str:
+    """The cache key of a reply's score: sha256 over the request's key and the reply."""
+    blob = json.dumps([request_key(model_id, request), reply], ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 class SQLiteCache:
@@ -51,6 +70,7 @@ class SQLiteCache:
             self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute(_SCHEMA)
+            self._conn.execute(_SCORES_SCHEMA)
             self._conn.execute("SELECT key, model, text, prompt_tokens, completion_tokens, created "
                                "FROM completions LIMIT 1").fetchall()
         except sqlite3.Error as exc:
@@ -89,6 +109,33 @@ class SQLiteCache:
             log.warning("LLM cache %s: could not store a completion (%s); the result is kept, not cached",
                         self.path, " ".join(str(exc).split()))
 
+    def get_score(self, key: str) -> float | None:
+        try:
+            with self._lock:
+                row = self._conn.execute("SELECT logprob FROM scores WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+        if row is None:
+            return None
+        try:
+            value = float(row[0])
+        except (TypeError, ValueError):
+            value = math.nan
+        if not math.isfinite(value):  # a row of the wrong type: a miss, it will be overwritten
+            log.warning("LLM cache %s: unreadable score %s…; scoring again", self.path, key[:12])
+            return None
+        return value
+
+    def put_score(self, key: str, model: str, logprob: float) -> None:
+        """Store a score; a failure is logged, never raised (the caller holds a computed result)."""
+        try:
+            with self._lock:
+                self._conn.execute("INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?)",
+                                   (key, model, logprob, time.time()))
+        except sqlite3.Error as exc:
+            log.warning("LLM cache %s: could not store a score (%s); the result is kept, not cached",
+                        self.path, " ".join(str(exc).split()))
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
@@ -101,6 +148,7 @@ class CachedBackend:
         self.inner = inner
         self.cache = cache
         self.hits = 0
+        self.score_hits = 0
 
     @property
     def model_id(self) -> str:
@@ -118,6 +166,21 @@ class CachedBackend:
         completion = await self.inner.complete(request)
         self.cache.put(key, completion)
         return completion
+
+    async def score(self, request: ChatRequest, reply: str) -> float:
+        """The inner backend's score of `reply`, cached in the `scores` table whatever the sampling parameters
+        (a teacher-forced score does not depend on them); `score_hits` counts those served from the file."""
+        if not isinstance(self.inner, Scorer):
+            raise BackendError(f"{self.model_id}: this backend cannot score a reply (only an embedded llama.cpp "
+                               "model can); serve the level embedded, or drop the logprob gate")
+        key = score_key(self.model_id, request, reply)
+        found = self.cache.get_score(key)
+        if found is not None:
+            self.score_hits += 1
+            return found
+        value = await self.inner.score(request, reply)
+        self.cache.put_score(key, self.model_id, value)
+        return value
 
     async def prepare(self) -> None:
         await self.inner.prepare()
@@ -143,6 +206,11 @@ class CacheOnlyBackend:
     async def complete(self, request: ChatRequest) -> Completion:
         raise BackendError(f"{self._model_id}: this request is not in the LLM cache (an offline pool answers only "
                            "from it); build the sample bank first (experiments/adaptive_cpu.sh bank)")
+
+    async def score(self, request: ChatRequest, reply: str) -> float:
+        raise BackendError(f"{self._model_id}: this reply's score is not in the LLM cache (an offline pool "
+                           "answers only from it, and the sample bank lacks it); run the team once on the live "
+                           "pool over the same cache to bank its scores")
 
     async def prepare(self) -> None:
         return None

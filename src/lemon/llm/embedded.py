@@ -3,6 +3,10 @@
 llama.cpp is not re-entrant, so every call to one model runs on that model's own single worker thread: calls
 are serialised at the thread level (a cancelled await can never let two calls into the same model), while
 different models run concurrently on their own threads. The model loads lazily on first use.
+
+`score` (the `Scorer` protocol: a stop rule's logprob gate) runs a teacher-forced pass on a second instance of
+the same file that keeps every position's logits (`logits_all`, a context of at most `SCORE_N_CTX`), loaded on
+first use and called on the same thread; the sampling instance is never touched by it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,11 @@ from lemon.llm.models import ensure_model, verify_sha256
 log = logging.getLogger(__name__)
 
 DEFAULT_N_CTX = 8192
+# The scoring instance's context: logits_all keeps n_ctx x vocabulary floats (about 1.2 GB for Qwen2.5's
+# 151,936 tokens at 2048), and a voter's prompt and 384-token reply fit with room to spare.
+SCORE_N_CTX = 2048
+# Rows of logits turned into log-probabilities at once (float64; bounds the scratch memory of a long reply).
+_SCORE_ROWS = 64
 MAX_THREADS = 256  # as pools.MAX_THREADS: llama.cpp crashed (SIGSEGV) on 100000 threads
 
 
@@ -62,6 +71,7 @@ class EmbeddedBackend:
         # Fully offloaded, the CPU threads only feed the GPU: one keeps many model processes from thrashing.
         self.n_threads = n_threads or threads_from_env() or (1 if self.n_gpu_layers else max(1, os.cpu_count() or 1))
         self._llama: Any = None
+        self._scoring: Any = None  # the logits_all instance `score` uses, loaded on first use
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llama-{Path(model).stem}")
 
     @property
@@ -124,11 +134,90 @@ class EmbeddedBackend:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, self._call, request)
 
+    def _load_scoring(self) -> Any:
+        if self._scoring is None:
+            from llama_cpp import Llama
+
+            path = self._path()
+            try:
+                self._scoring = Llama(model_path=str(path), n_ctx=min(self.n_ctx, SCORE_N_CTX),
+                                      n_threads=self.n_threads, n_gpu_layers=self.n_gpu_layers, logits_all=True,
+                                      verbose=False, seed=0)
+            except (ValueError, RuntimeError) as exc:
+                raise ModelFileError(f"cannot load {path} as a GGUF model to score replies ({exc}); pin its "
+                                     "sha256 in the pool file or reinstall the model packages") from None
+        return self._scoring
+
+    def _score(self, request: ChatRequest, reply: str) -> float:
+        llama = self._load_scoring()
+        prompt = chat_prompt_tokens(llama, request)
+        answer = llama.tokenize(reply.encode("utf-8"), add_bos=False, special=False) if reply else []
+        if len(prompt) + len(answer) > llama.n_ctx():
+            raise BackendError(f"{self.model_id}: cannot score a reply of {len(answer)} tokens after a prompt of "
+                               f"{len(prompt)}: more than the scoring context of {llama.n_ctx()} tokens; shorten "
+                               "the agents' max_tokens or drop the logprob gate")
+        if not answer:
+            return 0.0
+        try:
+            llama.reset()
+            llama.eval(prompt + answer)
+        except (ValueError, RuntimeError) as exc:
+            raise BackendError(f"{self.model_id}: scoring failed ({' '.join(str(exc).split())})") from None
+        return reply_logprob(llama.scores, len(prompt), answer)
+
+    async def score(self, request: ChatRequest, reply: str) -> float:
+        """The sum of `reply`'s token log-probabilities after `request`'s messages (see `Scorer`): the prompt
+        exactly as `create_chat_completion` builds it (`chat_prompt_tokens`), then the reply's tokens, one
+        teacher-forced pass, a log-softmax over each position's logits."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._score, request, reply)
+
     async def aclose(self) -> None:
         self._thread.shutdown(wait=True, cancel_futures=True)
-        if self._llama is not None:
-            self._llama.close()
-            self._llama = None
+        for llama in (self._llama, self._scoring):
+            if llama is not None:
+                llama.close()
+        self._llama = self._scoring = None
+
+
+def chat_prompt_tokens(llama: Any, request: ChatRequest) -> list[int]:
+    """The tokens `llama.create_chat_completion` feeds the model for `request`'s messages: the chat template
+    it picked from the GGUF metadata (`tokenizer.chat_template`), rendered by llama-cpp-python's own
+    `Jinja2ChatFormatter` with the generation prompt, tokenized with special tokens as its chat handler does."""
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    name = str(llama.chat_format or "")
+    suffix = name.removeprefix("chat_template.")
+    key = "tokenizer.chat_template" if suffix == "default" else f"tokenizer.chat_template.{suffix}"
+    template = llama.metadata.get(key) if name.startswith("chat_template.") else None
+    if template is None:
+        raise BackendError(f"embedded model uses the built-in chat format {name!r}, not a template in its GGUF "
+                           "file; scoring replies needs a model whose file carries tokenizer.chat_template")
+    eos, bos = llama.token_eos(), llama.token_bos()
+    formatter = Jinja2ChatFormatter(template=template, stop_token_ids=[eos],
+                                    eos_token=llama._model.token_get_text(eos) if eos != -1 else "",
+                                    bos_token=llama._model.token_get_text(bos) if bos != -1 else "")
+    try:
+        result = formatter(messages=[{"role": m.role, "content": m.content} for m in request.messages])
+    except Exception as exc:  # a template's own raise_exception, or a Jinja error: one line either way
+        raise BackendError(f"chat template of the embedded model failed ({' '.join(str(exc).split())[:200]})") \
+            from None
+    return list(llama.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True))
+
+
+def reply_logprob(scores: Any, prompt_len: int, answer: list[int]) -> float:
+    """Sum over the reply's tokens of log softmax(logits)[token], where row i of `scores` holds the logits after
+    token i (so the reply's k-th token is predicted by row prompt_len + k - 1); float64, a few rows at a time."""
+    import numpy as np
+
+    total = 0.0
+    for start in range(0, len(answer), _SCORE_ROWS):
+        ids = np.asarray(answer[start:start + _SCORE_ROWS])
+        rows = np.asarray(scores[prompt_len - 1 + start:prompt_len - 1 + start + len(ids)], dtype=np.float64)
+        top = rows.max(axis=1, keepdims=True)
+        log_z = top[:, 0] + np.log(np.exp(rows - top).sum(axis=1))
+        total += float((rows[np.arange(len(ids)), ids] - log_z).sum())
+    return total
 
 
 def verified_model_file(model: str, sha256: str | None) -> Path:

@@ -2,7 +2,8 @@
 
 Named as what it is: a scripted fake for unit tests of control flow and for runtime benchmarks. Its reply is
 a pure function of (model id, request), so the node cache and counterfactual re-runs behave exactly as with a
-real greedy model, and a configurable latency simulates a remote call.
+real greedy model, and a configurable latency simulates a remote call. It is a `Scorer` too, and its score of
+a reply is a pure function as well (default: minus the reply's whitespace tokens; no model is asked).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from lemon.llm.base import ChatRequest, Completion, Message
 
 Responder = Callable[[ChatRequest], str]
+ReplyScorer = Callable[[ChatRequest, str], float]
 
 
 def _default_reply(model_id: str, request: ChatRequest) -> str:
@@ -42,6 +44,7 @@ class ScriptedBackend:
         max_concurrency: int | None = None,
         hold_file: str | None = None,
         hold_after_calls: int = 0,
+        scorer: ReplyScorer | None = None,
     ) -> None:
         self._model_id = model_id
         self.latency_s = latency_s
@@ -51,6 +54,8 @@ class ScriptedBackend:
         self._responder = responder
         self._sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         self.calls: list[ChatRequest] = []
+        self._scorer = scorer
+        self.scored: list[tuple[ChatRequest, str]] = []  # every score asked of the double, in order
 
     @property
     def model_id(self) -> str:
@@ -74,6 +79,14 @@ class ScriptedBackend:
         prompt_tokens = sum(count_tokens(m.content) for m in request.messages)
         completion_tokens = min(count_tokens(text), request.params.max_tokens)
         return Completion(text, prompt_tokens, completion_tokens, time.perf_counter() - start, self._model_id)
+
+    async def score(self, request: ChatRequest, reply: str) -> float:
+        """`scorer(request, reply)`, default minus the reply's whitespace token count (shorter: surer): a
+        test double's stand-in for a teacher-forced log-probability, not one."""
+        self.scored.append((request, reply))
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        return float(self._scorer(request, reply)) if self._scorer else -float(count_tokens(reply))
 
     async def prepare(self) -> None:
         return None
