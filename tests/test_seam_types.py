@@ -24,7 +24,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 SEAMS = (
     "lemon.runtime.executor", "lemon.runtime.trace", "lemon.runtime.rerun", "lemon.runtime.budget",
-    "lemon.runtime.node_cache",
+    "lemon.runtime.node_cache", "lemon.runtime.stop_rules",
     "lemon.orchestrator.base", "lemon.orchestrator.resolve",
     "lemon.benchmarks.base", "lemon.evaluation.item", "lemon.evaluation.methods", "lemon.evaluation.evaluate",
     "lemon.evaluation.store",

@@ -21,10 +21,10 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
-from typing import Literal
+from typing import Literal, cast
 
 from lemon.errors import LemonError
-from lemon.llm.base import ChatRequest, GenParams, Message, request_key
+from lemon.llm.base import Backend, ChatRequest, GenParams, Message, Scorer, request_key
 from lemon.llm.pool import Pool
 from lemon.runtime.budget import (
     Budget,
@@ -35,6 +35,7 @@ from lemon.runtime.budget import (
     settle_all,
 )
 from lemon.runtime.node_cache import NodeCache, NodeOutput
+from lemon.runtime.stop_rules import SureGate, gate_refusal
 from lemon.runtime.trace import AgentTokens, StopDecision, Trace, TraceEvent
 from lemon.seeds import stable_seed
 from lemon.spec.model import Agent, Spec, StopRule
@@ -158,9 +159,10 @@ def majority_probability(lead: int, runner_up: int) -> float:
 
 
 def stop_rule_fires(rule: StopRule, keys: list[str | None]) -> bool:
-    """Whether `rule` is satisfied by the answers (vote keys) of the parents run so far."""
+    """Whether `rule`'s agreement criterion is satisfied by the answers (vote keys) of the parents run so far
+    (a gate alone has none: only a sure parent fires it, see `stop_rules`)."""
     counts = sorted(Counter(k for k in keys if k).values(), reverse=True)
-    if not counts:
+    if not counts or (rule.agree is None and rule.confidence is None):
         return False
     if rule.agree is not None:
         return counts[0] >= rule.agree
@@ -255,6 +257,8 @@ class _Run:
     hits: int = 0
     llm_hits: int = 0
     sent_at: dict[str, float] = field(default_factory=dict)  # when each agent's call left its level's queue
+    # Each model-calling agent's backend and request as sent (a stop rule's logprob gate scores its reply).
+    requests: dict[str, tuple[Backend, ChatRequest]] = field(default_factory=dict)
     early_stops: list[StopDecision] = field(default_factory=list)
     _tasks: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _tg: asyncio.TaskGroup = field(init=False)
@@ -296,7 +300,7 @@ class _Run:
         stop_kind = {"ok": "final_answer", "budget_exceeded": "budget", "timeout": "timeout", "error": "error"}
         stop_ev = self._emit("stop", output if status == "ok" else "runtime", reason=stop_kind[status],
                              detail=reason)
-        if self.trace.events[-2]["type"] != "stop":
+        if len(self.trace.events) > 1 and self.trace.events[-2]["type"] != "stop":  # a run refused at once has none
             self.trace.edge(self.trace.events[-2], stop_ev, "temporal")
         wall = time.perf_counter() - start
         by_level: dict[str, int] = {}
@@ -355,8 +359,16 @@ class _Run:
         return {p: self.outputs[p] for p in agent.depends_on}
 
     async def _parents_until_stop(self, agent: Agent, rule: StopRule) -> dict[str, str]:
-        """Parents in written order, in waves, until `rule` fires on their answers or `max` have run."""
+        """Parents in written order, in waves, until `rule` fires on their answers or `max` have run.
+
+        With a `logprob` gate, each wave's parents are scored first (`_score_wave`): the first sure one fires
+        the rule and the vote sees it alone; else the agreement criterion decides, if the rule has one."""
         order = agent.depends_on[:rule.max or len(agent.depends_on)]
+        gate = None
+        if rule.logprob is not None:
+            if refusal := gate_refusal(agent, order, self.spec, self.ex.pool, self.ex.roles):
+                raise _Stop("error", refusal)
+            gate = SureGate(rule.logprob)
         ran: list[str] = []
         width = rule.first_wave
         fired = False
@@ -366,22 +378,49 @@ class _Run:
                 await t
             ran.extend(wave)
             width = rule.wave
-            fired = stop_rule_fires(rule, [self._vote_key_of(self.outputs[p]) for p in ran])
-        self._record_early_stop(agent, rule, tuple(ran), fired)
-        return {p: self.outputs[p] for p in ran}
+            fired = (gate is not None and await self._score_wave(agent, wave, gate)) or \
+                stop_rule_fires(rule, [self._vote_key_of(self.outputs[p]) for p in ran])
+        self._record_early_stop(agent, rule, tuple(ran), fired, gate)
+        return {p: self.outputs[p] for p in ([gate.sure] if gate is not None and gate.sure else ran)}
+
+    async def _score_wave(self, agent: Agent, wave: tuple[str, ...], gate: SureGate) -> bool:
+        """Score `wave`'s parents in written order until one is sure (True). A score costs no tokens and no
+        budget (see `stop_rules`); it runs under the level's concurrency and the call timeout, and its
+        failure stops the run as a failed call would."""
+        for p in wave:
+            if p not in self.requests:  # a parent that calls no model (a vote) is never sure
+                gate.record(p, None)
+                continue
+            backend, request = self.requests[p]
+            level = self.spec.agent(p).capacity
+            what = f"scoring agent {p!r} ({level}) for the stop rule of {agent.name!r}"
+            async with self.ex._sem(level):
+                try:
+                    score = await asyncio.wait_for(cast(Scorer, backend).score(request, self.outputs[p]),
+                                                   self.ex.budget.call_timeout_s)
+                except TimeoutError:
+                    raise _Stop("timeout", f"{what} took longer than {self.ex.budget.call_timeout_s}s") from None
+                except LemonError as exc:
+                    raise _Stop("error", f"{what}: {exc}") from None
+            if gate.record(p, score):
+                return True
+        return False
 
     def _vote_key_of(self, text: str) -> str | None:
         return self.vote_key(text) if self.vote_key else " ".join(text.split())
 
-    def _record_early_stop(self, agent: Agent, rule: StopRule, ran: tuple[str, ...], fired: bool) -> None:
+    def _record_early_stop(self, agent: Agent, rule: StopRule, ran: tuple[str, ...], fired: bool,
+                           gate: SureGate | None = None) -> None:
         """The rule's decision as a `stop` event: the rule, whether it fired (or `max` was reached first), the
         parents run and skipped, the tokens it saved (estimated as the mean of the parents that ran, per skipped
-        parent)."""
+        parent); with a gate, the parents' scores and the sure parent (None when none was)."""
         skipped = tuple(p for p in agent.depends_on if p not in ran)
         per_parent = [self.tokens[p]["prompt"] + self.tokens[p]["completion"] for p in ran]
         saved = round(sum(per_parent) / len(per_parent) * len(skipped)) if per_parent and skipped else 0
         decision = StopDecision(agent=agent.name, rule=render_stop(rule), fired=fired, ran=list(ran),
                                 skipped=list(skipped), tokens_saved_estimate=saved)
+        if gate is not None:
+            decision["scores"], decision["sure"] = dict(gate.scores), gate.sure
         self._emit("stop", agent.name, reason="stop_rule",
                    **{k: v for k, v in decision.items() if k != "agent"})
         self.early_stops.append(decision)
@@ -438,6 +477,7 @@ class _Run:
         backend = ex.pool.backend(agent.capacity)
         request, held = await self._reserve(agent, ex.request(agent, self.task, parents, self.spec, self.seed))
         key = request_key(backend.model_id, request)
+        self.requests[agent.name] = (backend, request)
         sent = False
         self.trace.prompts[agent.name] = [{"role": m.role, "content": m.content} for m in request.messages]
 

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Required, TypedDict, cast
+from typing import NotRequired, Required, TypedDict, cast
 
 from lemon.files import write_atomic
 
@@ -25,7 +25,8 @@ EDGE_TYPES = frozenset({"temporal", "causal", "spawn", "message", "tool_dependen
 
 #: One trace event: its id, time, type and agent, and the fields its type carries (spawn: role, capacity,
 #: duty; message: from, to, content_ref; return: tokens, cached, model, sent, votes; stop: reason, detail,
-#: and a stop rule's decision; orchestrator_decision: how the spec was written).
+#: and a stop rule's decision (with a logprob gate: scores, sure); orchestrator_decision: how the spec was
+#: written).
 TraceEvent = TypedDict("TraceEvent", {
     "id": Required[str], "t": Required[float], "type": Required[str], "agent": Required[str],
     "role": str, "capacity": str, "duty": str, "from": "str | list[str]", "to": str, "content_ref": str,
@@ -33,6 +34,7 @@ TraceEvent = TypedDict("TraceEvent", {
     "sent": float, "votes": "dict[str, str | None]", "reason": str, "detail": str, "rule": str, "fired": bool,
     "ran": "list[str]", "skipped": "list[str]", "tokens_saved_estimate": int, "source": str,
     "warnings": "list[str]", "raw": str, "level": str, "kind": str, "orchestrator": str,
+    "scores": "dict[str, float | None]", "sure": str,
 }, total=False)
 
 
@@ -53,7 +55,8 @@ class AgentTokens(TypedDict, total=False):
 
 
 class StopDecision(TypedDict):
-    """What one stop rule decided in a run (`RunResult.early_stops`)."""
+    """What one stop rule decided in a run (`RunResult.early_stops`); a rule with a `logprob` gate adds the
+    scores of the parents it scored (None: a parent that calls no model) and the sure parent (None if none)."""
 
     agent: str
     rule: str
@@ -61,6 +64,8 @@ class StopDecision(TypedDict):
     ran: list[str]
     skipped: list[str]
     tokens_saved_estimate: int
+    scores: NotRequired[dict[str, float | None]]
+    sure: NotRequired[str | None]
 
 
 #: The open JSON sections of a trace (system, topology, costs, metrics): plain JSON values by key.
