@@ -9,7 +9,7 @@ Also printed: the per-item oracle (the cheapest team that is right on each item,
 upper bound on what choosing a team per item can reach with these teams, and how the stopping point of
 `agree 2 of 5` tracks item difficulty (the share of the 5 voters that are wrong).
 Usage: python experiments/stop_rules_table.py [--store S] [--benchmarks svamp gsm8k] [--level large] [--pool cpu]
-       [--json F] [--seeds N]
+       [--json F] [--seeds N] [--split test|train] [--online]
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ from lemon.runtime import Executor
 from lemon.spec.model import Spec, StopRule
 from lemon.spec.roles import RoleLibrary
 
+#: The logprob gate thresholds (nats) swept: a reply's summed log-probability is about -10 for a short sure
+#: reply and below -100 for a long hesitant one (Qwen2.5-Coder-1.5B on GSM8K / SVAMP).
+GATES = (-15, -20, -25, -30, -40, -50)
+
 # (voters, rule): the teams made of the bank's voters, cheapest shapes first.
 TEAMS: dict[str, tuple[int, StopRule | None]] = {
     "cot (voter 1)": (1, None),
@@ -43,6 +47,10 @@ TEAMS: dict[str, tuple[int, StopRule | None]] = {
     "agree 3 of 5": (5, StopRule(agree=3)),
     "confidence 0.8 of 5": (5, StopRule(confidence=0.8)),
     "confidence 0.95 of 5 (asc)": (5, StopRule(confidence=0.95)),
+    # The logprob gate: a voter whose reply the model was sure of (summed token log-probability >= t nats) is
+    # taken alone, else agree 2 of 5. Scores come from the LLM cache's `scores` table; `--online` computes the
+    # missing ones on the real pool (one teacher-forced pass per voter, no worker call: the samples are banked).
+    **{f"sure {t} + agree 2 of 5": (5, StopRule(logprob=t, agree=2)) for t in GATES},
 }
 
 
@@ -61,7 +69,8 @@ def team_spec(kind: str, level: str, voters: int, rule: StopRule | None) -> Spec
     return spec.model_copy(update={"agents": (*spec.agents[:-1], vote)})
 
 
-def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None) -> tuple[set[tuple[str, int]],
+def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None,
+              split: str = "test") -> tuple[set[tuple[str, int]],
                                                                                       dict[str, object]]:
     """The (item, seed) pairs of `benchmark`'s test split that the bank holds (the 5-voter sc-cot runs at
     `level`, sampled as the bank samples: a new run identity for the same bank still hits the same cache),
@@ -70,7 +79,7 @@ def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None
     config: dict[str, object] | None = None
     for run in store.runs():
         cfg = json.loads(store._rows("SELECT config_json FROM runs WHERE run_id = ?", (run.run_id,))[0][0])
-        if ((run.benchmark, run.split, run.method, run.level) == (benchmark, "test", "sc-cot", level)
+        if ((run.benchmark, run.split, run.method, run.level) == (benchmark, split, "sc-cot", level)
                 and cfg.get("n_agents") == 5 and cfg.get("worker_seeds") == WORKER_SEEDS):
             keys |= {k for k in store.done_keys(run.run_id) if seeds is None or k[1] < seeds}
             config = cfg
@@ -83,17 +92,17 @@ Replay = tuple[dict[str, "Outcome"], dict[tuple[str, int], int]]
 
 
 async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str = "cpu",
-                 seeds: int | None = None) -> Replay:
+                 seeds: int | None = None, *, split: str = "test", online: bool = False) -> Replay:
     """Every team of TEAMS on every (item, seed) the bank holds, through an offline pool; and per pair, how many
     of the 5 voters are wrong on their own (the item's difficulty)."""
-    keys, config = bank_keys(store, benchmark, level, seeds)
+    keys, config = bank_keys(store, benchmark, level, seeds, split)
     task, roles = get_benchmark(benchmark), RoleLibrary.load()
-    pool = load_pool(pool_name, offline=True)
+    pool = load_pool(pool_name, offline=not online)
     max_tokens = config.get("max_tokens")
     params = pool.params(temperature=float(config["temperature"]),  # type: ignore[arg-type]
                          max_tokens=None if max_tokens is None else int(max_tokens))  # type: ignore[call-overload]
     executor = Executor(pool, roles, params=params)
-    items = {str(i.id): i for i in load_split(benchmark, "test")}
+    items = {str(i.id): i for i in load_split(benchmark, split)}
     specs = {name: team_spec(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()}
     out = {name: Outcome() for name in TEAMS}
     wrong: dict[tuple[str, int], int] = {}
@@ -146,7 +155,7 @@ def table(benchmark: str, outcomes: dict[str, Outcome], wrong: dict[tuple[str, i
     pairs = len(full.correct)
     per_seed = {s: sum(1 for _, t in full.correct if t == s) for s in sorted({s for _, s in full.correct})}
     counts = ", ".join(f"seed {s}: {n} items" for s, n in per_seed.items())
-    lines = [f"### {benchmark} `test`: {pairs} (item, seed) pairs ({counts}), replayed from the sample bank",
+    lines = [f"### {benchmark}: {pairs} (item, seed) pairs ({counts}), replayed from the sample bank",
              "", "| team | accuracy % | worker tokens / item | voters run | vs sc-cot 5 | vs cot |",
              "|---|---|---|---|---|---|"]
     for name, o in [*outcomes.items(), ("per-item oracle (upper bound)", oracle(outcomes))]:
@@ -172,12 +181,17 @@ def main() -> None:
     ap.add_argument("--pool", default="cpu", help="the pool the bank was built with")
     ap.add_argument("--json", type=Path, help="also write every team's per-pair results here")
     ap.add_argument("--seeds", type=int, help="only seeds 0..N-1 (e.g. 1 while seed 1 is still being banked)")
+    ap.add_argument("--split", default="test", help="the split whose bank to replay (train: the train bank)")
+    ap.add_argument("--online", action="store_true",
+                    help="the real pool: logprob scores the cache lacks are computed (samples still come from "
+                         "the bank, which holds them); without it a missing score is an error")
     args = ap.parse_args()
     dump: dict[str, object] = {}
     with ResultsStore(args.store) as store:
         for bench in args.benchmarks:
-            outcomes, wrong = asyncio.run(replay(bench, args.level, store, args.pool, args.seeds))
-            print("\n".join(table(bench, outcomes, wrong)))
+            outcomes, wrong = asyncio.run(replay(bench, args.level, store, args.pool, args.seeds, split=args.split,
+                                                 online=args.online))
+            print("\n".join(table(f"{bench} `{args.split}`", outcomes, wrong)))
             dump[bench] = {n: {"correct": {f"{k[0]}#{k[1]}": v for k, v in o.correct.items()},
                                "tokens": {f"{k[0]}#{k[1]}": v for k, v in o.tokens.items()}}
                            for n, o in outcomes.items()}
