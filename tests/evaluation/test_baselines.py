@@ -31,7 +31,8 @@ def test_every_method_and_kind_validates(method: str, kind: str, roles: RoleLibr
 
 
 def test_expected_methods() -> None:
-    assert method_names() == ("vanilla", "cot", "sc-cot", "esc", "asc", "chain", "tree", "complete", "random")
+    assert method_names() == ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "chain", "tree", "complete",
+                              "random")
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -89,7 +90,8 @@ def test_bad_names_are_one_line_errors() -> None:
         baseline_spec("sc-cot", "number", level="small", n=1)
 
 
-@pytest.mark.parametrize(("method", "rule"), [("esc", "{agree: 2}"), ("asc", "{confidence: 0.95}")])
+@pytest.mark.parametrize(("method", "rule"), [("esc", "{agree: 2}"), ("asc", "{confidence: 0.95}"),
+                                            ("gate", "{logprob: -25, agree: 2}")])
 def test_the_stopping_anchors_are_sc_cot_whose_vote_stops(method: str, rule: str) -> None:
     from lemon.spec.render import render_spec
 

@@ -22,8 +22,8 @@ def test_the_table_lists_every_baseline_then_the_orchestrators() -> None:
     assert baselines.method_names() == BASELINES  # written out for a fast CLI start: they must agree
     assert method_names() == (*baselines.method_names(), "template", "prompted", "trained:PATH")
     # the CLI help is the table's, word for word what it was when it was hard-coded
-    assert method_help() == ("vanilla, cot, sc-cot, esc, asc, chain, tree, complete, random, template (the default "
-                             "orchestration), prompted, or trained:PATH.")
+    assert method_help() == ("vanilla, cot, sc-cot, esc, asc, gate, chain, tree, complete, random, template (the "
+                             "default orchestration), prompted, or trained:PATH.")
 
 
 @pytest.mark.parametrize("value", [*BASELINES, "template", "prompted", "trained:some/dir", "trained:C:\\m.gguf"])
@@ -85,6 +85,7 @@ _NOT_METHOD_DISPATCH = {
     # `lemon run --orchestrator`: its one resolver (it moved there from cli/session.py), see report
     ("orchestrator/resolve.py", "template"), ("orchestrator/resolve.py", "prompted"),
     ("cli/train_cmds.py", "chain"), ("train/rollout.py", "chain"),  # --fixed-structure chain, a training ablation
+    ("evaluation/teams.py", "sc-cot"),  # the report's item difficulty is read off the store's 5-vote run
 }
 _NAMES = {*BASELINES, "template", "prompted", "trained"}
 

@@ -27,6 +27,9 @@ Shapes (every agent at the same `level` capacity; arrows point from a parent to 
   voters run in order only until the answer is settled: `esc` stops once 2 voters agree (Early-Stopping
   Self-Consistency, Li et al. ICLR 2024, with a window of 2), `asc` once the leading answer is the majority
   with Beta posterior >= 0.95 (Adaptive-Consistency, Aggarwal et al. EMNLP 2023); both at most `n` (5).
+- `gate` (ours): `esc` behind a logprob gate, `stop: {agree: 2, logprob: GATE_LOGPROB}`: a voter whose reply
+  the model was sure of (summed token log-probability >= the threshold) is taken alone, so an easy item costs
+  one voter, not the two that agreement needs. Needs a pool whose levels can score replies (embedded).
 - `chain`: `n` (default 3) agents in sequence: primary -> checker -> final (for n > 3, extra checkers
   are inserted before the final agent; n = 2 is primary -> final).
 - `tree`: `root` (first role: analysis / plan) fans out to two workers `worker_1`, `worker_2` (primary role,
@@ -65,10 +68,13 @@ TEAMS: dict[str, tuple[str, str, str, str]] = {
     "code": ("planner", "programmer", "tester", "final_decision_maker"),
 }
 
-DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "chain": 3, "complete": 4, "random": 4}
+DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "chain": 3, "complete": 4, "random": 4}
 #: Adaptive-Consistency's default threshold on P(the leading answer is the majority) (Aggarwal et al. 2023).
 ASC_CONFIDENCE = 0.95
-_VOTES = ("sc-cot", "esc", "asc")  # the vote agent takes one of MAX_AGENTS
+#: The `gate` baseline's threshold (nats), chosen on the TRAIN banks of GSM8K and SVAMP (docs/results.md,
+#: "The logprob gate"), never on test items.
+GATE_LOGPROB = -25
+_VOTES = ("sc-cot", "esc", "asc", "gate")  # the vote agent takes one of MAX_AGENTS
 
 
 def _team(kind: str) -> tuple[str, str, str, str]:
@@ -110,6 +116,10 @@ def _esc(kind: str, level: str, n: int, seed: int) -> Spec:
 
 def _asc(kind: str, level: str, n: int, seed: int) -> Spec:
     return _stopping_vote(kind, level, n, StopRule(confidence=ASC_CONFIDENCE))
+
+
+def _gate(kind: str, level: str, n: int, seed: int) -> Spec:
+    return _stopping_vote(kind, level, n, StopRule(agree=2, logprob=GATE_LOGPROB))
 
 
 def _chain(kind: str, level: str, n: int, seed: int) -> Spec:
@@ -187,6 +197,7 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
     "sc-cot": _sc_cot,
     "esc": _esc,
     "asc": _asc,
+    "gate": _gate,
     "chain": _chain,
     "tree": _tree,
     "complete": _complete,
