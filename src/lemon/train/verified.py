@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from lemon.evaluation.baselines import GATE_LOGPROB
 from lemon.runtime import Executor
 from lemon.runtime.executor import required_agents
 from lemon.spec.model import Spec, StopRule
@@ -63,10 +64,13 @@ def candidate_specs(kind: str, roles: RoleLibrary, levels: Sequence[str]) -> lis
 
 
 #: The teams a sample bank of 5 voters at one level answers exactly (`experiments/adaptive_cpu.sh`): one CoT
-#: agent (the first voter), votes of 3 and 5, and stop-rule votes over them. (label, voters, stop rule)
+#: agent (the first voter), votes of 3 and 5, and stop-rule votes over them, the logprob gate among them (its
+#: scores come from the LLM cache's score table, or the pool scores them). (label, voters, stop rule)
 BANK_TEAMS: tuple[tuple[str, int, StopRule | None], ...] = (
-    ("cot", 1, None), ("agree-2-of-3", 3, StopRule(agree=2)), ("esc", 5, StopRule(agree=2)),
-    ("sc-cot-3", 3, None), ("confidence-0.8-of-5", 5, StopRule(confidence=0.8)), ("sc-cot-5", 5, None))
+    ("cot", 1, None), ("gate", 5, StopRule(agree=2, logprob=GATE_LOGPROB)), ("agree-2-of-3", 3, StopRule(agree=2)),
+    ("esc", 5, StopRule(agree=2)), ("sc-cot-3", 3, None), ("confidence-0.8-of-5", 5, StopRule(confidence=0.8)),
+    ("sc-cot-5", 5, None))
+BANK_VOTERS = 5
 
 
 def bank_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[str, Spec]]:
@@ -85,18 +89,53 @@ def bank_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[str
     return out
 
 
+async def reliable_alone(executor: Executor, task: TrainTask, level: str, reward: RewardConfig) -> bool:
+    """Whether one CoT agent at `level` is right on EVERY banked draw of `task`.
+
+    The bank's 5 voters are 5 draws of the same agent (the spec "5 voters, output cot_k" runs voter k alone on
+    its banked sample: `runtime.executor.sample_slot`). The policy reads only the question, so one agent is
+    the right team only where its answer does not depend on the draw. Judged on one draw, 23 of the first 25
+    bank targets were one agent: right by luck on items where a vote was needed, which teaches one agent for
+    everything."""
+    from lemon.evaluation.baselines import baseline_spec
+
+    five = baseline_spec("sc-cot", task.kind, level=level, n=BANK_VOTERS)
+    texts = [render_spec(five.model_copy(update={"output": a.name})).text for a in five.agents[:-1]]
+    state = await score_group(executor, task, texts, roles=executor.roles, seed=task.bank_seed,
+                              settings=RolloutSettings(reward=reward, cf_enabled=False, worker_samples=1))
+    return all(s.valid and s.success == 1.0 for s in state.result.samples)
+
+
+#: Characters of canonical spec text per orchestrator token, when the reward does not say (SmolLM2's tokenizer
+#: on our specs, as experiments/adaptive_train.yaml measures it).
+SPEC_CHARS_PER_TOKEN = 3.5
+
+
+def user_pays(reward: RewardConfig) -> RewardConfig:
+    """`reward` whose cost is what a user pays: tokens (workers' and the spec's own), no structure cost. The
+    structure cost counts WRITTEN agents and edges, so it would charge a stopping vote for voters it never
+    runs (5 written, 1 run: dearer than 3 written, 2 run) and pick the team that costs more tokens."""
+    return reward.model_copy(update={"agent_cost": 0.0, "edge_cost": 0.0,
+                                     "spec_chars_per_token": reward.spec_chars_per_token or SPEC_CHARS_PER_TOKEN})
+
+
 async def bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward: RewardConfig,
                        progress: Progress | None = None) -> tuple[list[tuple[TrainTask, str, Spec]],
                                                                   dict[str, int]]:
     """Per task, the highest-reward (so, under a cost term, the cheapest) of `BANK_TEAMS` at the strongest
-    level that was right under the bank's worker seed (`TrainTask.bank_seed`): no worker call once the bank
-    holds the task. The winner differs by item (one agent where one suffices, a stopping vote where it does
-    not), which is what the data should teach (issue 24)."""
+    level that was right under the bank's worker seed (`TrainTask.bank_seed`), one agent only where it is
+    right on every banked draw (`reliable_alone`): no worker call once the bank holds the task. The winner
+    differs by item (one agent where one suffices, a stopping vote where it does not), which is what the data
+    should teach (issue 24)."""
     level = executor.pool.level_names[-1]
     fixed: dict[str, list[tuple[str, Spec]]] = {}
+    reward = user_pays(reward)
 
     async def candidates(task: TrainTask) -> list[tuple[str, Spec]]:
-        return fixed.setdefault(task.kind, bank_candidates(task.kind, executor.roles, level))
+        teams = fixed.setdefault(task.kind, bank_candidates(task.kind, executor.roles, level))
+        if await reliable_alone(executor, task, level, reward):
+            return teams
+        return [(label, spec) for label, spec in teams if label != "cot"]
 
     return await pick_targets(tasks, executor, candidates, lambda task: task.bank_seed, reward=reward,
                               worker_samples=1, phase="bank", progress=progress)
