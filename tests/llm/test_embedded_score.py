@@ -41,16 +41,33 @@ async def test_smollm2_scores_its_own_reply_exactly_as_llama_cpp_reports_it() ->
         shuffled = " ".join(words)
         assert shuffled != reply and await backend.score(REQUEST, shuffled) < score - 5
 
-        # llama-cpp-python's own log-probs of the same prompt + reply in one pass (its echo path takes text:
-        # the detokenized tokens, which re-tokenize to exactly the same ids, checked first)
+        # llama-cpp-python's own log-probs of the same prompt + reply, evaluated as ours are: the prompt first
+        # (primed here), then its generate() reuses that prefix and evaluates the reply (its echo path takes
+        # text: the detokenized tokens, which re-tokenize to exactly the same ids, checked first)
         answer = llama.tokenize(reply.encode("utf-8"), add_bos=False, special=False)
         text = llama.detokenize(prompt + answer, special=True).decode("utf-8")
         assert llama.tokenize(text.encode("utf-8"), add_bos=True, special=True) == prompt + answer
         llama.reset()
+        llama.eval(prompt)
         out = llama.create_completion(text, max_tokens=1, temperature=0.0, logprobs=1, echo=True)
         reported = out["choices"][0]["logprobs"]["token_logprobs"][-(len(answer) + 1):-1]
         assert sum(reported) == pytest.approx(score, abs=1e-3)
         assert await backend.score(REQUEST, "") == 0.0
+    finally:
+        await backend.aclose()
+
+
+async def test_a_score_does_not_depend_on_the_call_before_it() -> None:
+    """The next voter of a vote reuses the prompt's KV cache; its score must equal a fresh one (a score that
+    depended on call order would make the LLM cache's scores differ by history)."""
+    other = ChatRequest((Message("user", "Name a colour."),), GenParams(max_tokens=8))
+    first, second = "Tom has 3 + 4 = 7 apples. The answer is 7.", "3 plus 4 is 7, so the answer is 7."
+    backend = EmbeddedBackend("smollm2-135m")
+    try:
+        await backend.score(REQUEST, first)
+        reused = await backend.score(REQUEST, second)  # the prompt's KV cache is reused
+        await backend.score(other, "Blue.")
+        assert await backend.score(REQUEST, second) == reused  # evaluated fresh after another prompt
     finally:
         await backend.aclose()
 

@@ -159,8 +159,7 @@ class EmbeddedBackend:
         if not answer:
             return 0.0
         try:
-            llama.reset()
-            llama.eval(prompt + answer)
+            eval_prompt_then_reply(llama, prompt, answer)
         except (ValueError, RuntimeError) as exc:
             raise BackendError(f"{self.model_id}: scoring failed ({' '.join(str(exc).split())})") from None
         return reply_logprob(llama.scores, len(prompt), answer)
@@ -203,6 +202,21 @@ def chat_prompt_tokens(llama: Any, request: ChatRequest) -> list[int]:
         raise BackendError(f"chat template of the embedded model failed ({' '.join(str(exc).split())[:200]})") \
             from None
     return list(llama.tokenize(result.prompt.encode("utf-8"), add_bos=not result.added_special, special=True))
+
+
+def eval_prompt_then_reply(llama: Any, prompt: list[int], answer: list[int]) -> None:
+    """Evaluate the prompt, then the reply, as two separate passes; the prompt's KV cache is kept, so the next
+    reply to the same prompt (the next voter of a vote) evaluates only its own tokens: a third to half of the
+    scoring time of a vote. Always two passes, reused or fresh: how tokens are batched changes the logits in
+    their last bits (one pass against two differs by up to ~0.5 nats over a reply), so a score must not depend
+    on which call came before it."""
+    n = len(prompt)
+    if llama.n_tokens >= n and list(llama.input_ids[:n]) == prompt:
+        llama.n_tokens = n  # `eval` drops the KV cache past n_tokens: the last reply's tokens
+    else:
+        llama.reset()
+        llama.eval(prompt)
+    llama.eval(answer)
 
 
 def reply_logprob(scores: Any, prompt_len: int, answer: list[int]) -> float:
