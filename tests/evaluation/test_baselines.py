@@ -91,7 +91,7 @@ def test_bad_names_are_one_line_errors() -> None:
 
 
 @pytest.mark.parametrize(("method", "rule"), [("esc", "{agree: 2}"), ("asc", "{confidence: 0.95}"),
-                                            ("gate", "{logprob: -25, agree: 2}")])
+                                            ("gate", "{logprob: -30, agree: 2}")])
 def test_the_stopping_anchors_are_sc_cot_whose_vote_stops(method: str, rule: str) -> None:
     from lemon.spec.render import render_spec
 
