@@ -5,7 +5,7 @@
 # The sample bank: an agent's sampling seed derives from its role and rank (runtime.executor.sample_slot),
 # so the k-th CoT voter of an item draws the same sample in every team. Stage `bank` runs the 5-voter
 # sc-cot at `large` once per (item, seed); every team made of those voters (cot = voter 1, sc-cot 3, the
-# esc / asc stopping anchors, a trained policy's vote teams) is then answered from the LLM request cache,
+# esc / asc stopping anchors, the logprob gate (its scores computed once and cached), a trained policy's vote teams) is then answered from the LLM request cache,
 # at no worker call. One voter at `large` takes ~20 s here, so a benchmark's 60 items x 2 seeds is ~7 h:
 # the bank is built over several working periods.
 #
@@ -53,6 +53,7 @@ for stage in "${stages[@]}"; do
         evaluate "$bench" sc-cot --agents 3 --seeds "$seeds"
         evaluate "$bench" esc --agents 5 --seeds "$seeds"
         evaluate "$bench" asc --agents 5 --seeds "$seeds"
+        evaluate "$bench" gate --agents 5 --seeds "$seeds"  # scores each voter it runs once (cached), no worker call
       done ;;
     train-bank)
       for n in $(seq 10 10 "$train_limit"); do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 25's six-benchmark table: every fixed baseline at `large` (vanilla, cot, sc-cot, the esc / asc stopping
-# anchors, chain, tree, complete, random), the default template and any trained policies given in TRAINED, on
+# anchors and the logprob gate, chain, tree, complete, random), the default template and any trained policies given in TRAINED, on
 # MMLU, GSM8K, AQuA, MultiArith, SVAMP and HumanEval `test` (MMLU: its `val` evaluation split), the first LIMIT
 # items x SEEDS seeds, the same items and seeds for every method, then `lemon report` with paired tests against
 # the best baseline. Resumable: every `lemon eval` resumes from the store, so re-run it after an interruption.
@@ -33,7 +33,7 @@ evaluate() {  # benchmark method [extra args]: one resumable evaluation, recorde
 for bench in "${benches[@]}"; do
   evaluate "$bench" vanilla --level large
   evaluate "$bench" sc-cot --level large --agents 5
-  for method in cot esc asc; do evaluate "$bench" "$method" --level large; done
+  for method in cot esc asc gate; do evaluate "$bench" "$method" --level large; done
 done
 for bench in "${benches[@]}"; do
   for method in chain tree complete random; do evaluate "$bench" "$method" --level large; done

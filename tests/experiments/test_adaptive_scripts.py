@@ -27,15 +27,16 @@ def test_the_bank_then_the_anchors_then_the_offline_table(tmp_path: Path, data_d
     first = subprocess.run(script, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert first.returncode == 0, first.stderr[-2000:]
     again = subprocess.run(script, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert again.returncode == 0 and again.stdout.count("computed 0") == 5, again.stdout[-2000:]
+    assert again.returncode == 0 and again.stdout.count("computed 0") == 6, again.stdout[-2000:]
     log = (tmp_path / "s.sqlite.runs.log").read_text()
-    assert "commit=" in log and "--method esc" in log and "--method asc" in log
+    assert "commit=" in log and all(f"--method {m} " in log for m in ("esc", "asc", "gate"))
     table = subprocess.run([sys.executable, str(ROOT / "experiments" / "stop_rules_table.py"), "--store",
                             str(tmp_path / "s.sqlite"), "--benchmarks", "svamp", "--pool", str(pool)],
                            env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert table.returncode == 0, table.stderr[-2000:]
     assert "svamp `test`: 2 (item, seed) pairs (seed 0: 2 items)" in table.stdout
     assert "| agree 2 of 5 (esc) |" in table.stdout and "| per-item oracle (upper bound) |" in table.stdout
+    assert "| sure -30 + agree 2 of 5 |" in table.stdout  # its scores banked by the anchors' `gate`
 
 
 def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, data_dir: Path) -> None:
@@ -44,6 +45,7 @@ def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, d
     res = subprocess.run(["bash", str(ROOT / "experiments" / "six_benchmarks.sh"), str(tmp_path / "t.sqlite")],
                          env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-2000:]
-    for method in ("vanilla", "sc-cot", "cot", "esc", "asc", "chain", "tree", "complete", "random", "template"):
+    for method in ("vanilla", "sc-cot", "cot", "esc", "asc", "gate", "chain", "tree", "complete", "random",
+                   "template"):
         assert f"--method {method} " in (tmp_path / "t.sqlite.runs.log").read_text()
     assert "multiarith" in res.stdout and "template" in res.stdout
