@@ -135,7 +135,7 @@ async def bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward
         teams = fixed.setdefault(task.kind, bank_candidates(task.kind, executor.roles, level))
         if await reliable_alone(executor, task, level, reward):
             return teams
-        return [(label, spec) for label, spec in teams if label != "cot"]
+        return [(label, spec) for label, spec in teams if len(spec.agents) > 1]  # no lone agent
 
     return await pick_targets(tasks, executor, candidates, lambda task: task.bank_seed, reward=reward,
                               worker_samples=1, phase="bank", progress=progress)
