@@ -150,11 +150,18 @@ def test_ctrl_c_says_the_run_is_saved_and_resumable(tmp_path: Path, data_dir: Pa
                               hold=f"hold_file: '{hold}', hold_after_calls: 2")
     cmd = _cli("eval", "multiarith", "--method", "vanilla", "--pool", str(pool), "--level", "small",
                "--limit", "20", "--store", str(store), "--data-dir", str(data_dir), "--concurrency", "1")
-    proc = subprocess.Popen(cmd, env=_env(_isolated_home), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # PYTHONFAULTHANDLER: if the interrupted run ever hangs, SIGABRT makes it print every thread's stack
+    proc = subprocess.Popen(cmd, env={**_env(_isolated_home), "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
     try:
         _wait_for_rows(proc, store, 2)
         os.kill(proc.pid, signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)
+            _, err = proc.communicate(timeout=30)
+            pytest.fail(f"no exit 60 s after SIGINT; the stacks it printed on SIGABRT:\n{err.decode()[-6000:]}")
     finally:
         if proc.poll() is None:
             proc.kill()
