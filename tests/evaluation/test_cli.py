@@ -139,6 +139,11 @@ def _wait_for_rows(proc: subprocess.Popen[bytes], store: Path, n: int) -> None:
         time.sleep(0.05)
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT at its default, as for a command run at a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_says_the_run_is_saved_and_resumable(tmp_path: Path, data_dir: Path, _isolated_home: Path) -> None:
     """Ctrl-C used to end `lemon eval` with exit 130 and not a word; now one line says what is kept.
 
@@ -150,9 +155,12 @@ def test_ctrl_c_says_the_run_is_saved_and_resumable(tmp_path: Path, data_dir: Pa
                               hold=f"hold_file: '{hold}', hold_after_calls: 2")
     cmd = _cli("eval", "multiarith", "--method", "vanilla", "--pool", str(pool), "--level", "small",
                "--limit", "20", "--store", str(store), "--data-dir", str(data_dir), "--concurrency", "1")
-    # PYTHONFAULTHANDLER: if the interrupted run ever hangs, SIGABRT makes it print every thread's stack
+    # PYTHONFAULTHANDLER: if the interrupted run ever hangs, SIGABRT makes it print every thread's stack.
+    # preexec_fn: Ctrl-C at a terminal reaches a process whose SIGINT is at its default; a suite started as a
+    # background job without job control (`nohup pytest &`) inherits SIGINT ignored, and so would the run,
+    # which then (rightly, as a background job) sat through the interrupt: that was this test's "flake".
     proc = subprocess.Popen(cmd, env={**_env(_isolated_home), "PYTHONFAULTHANDLER": "1"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, preexec_fn=_default_sigint)
     try:
         _wait_for_rows(proc, store, 2)
         os.kill(proc.pid, signal.SIGINT)
