@@ -15,6 +15,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
+from lemon.benchmarks.base import Item
 from lemon.benchmarks.registry import get_benchmark
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.spec.model import Spec
@@ -61,16 +62,9 @@ def voters_wrong(store: ResultsStore, run: RunInfo) -> dict[Key, int]:
         votes = next((e.get("votes") for e in json.loads(text)["events"]
                       if e["type"] == "return" and e.get("votes")), None)
         if votes and golds[key] is not None:
-            wrong[key] = sum(not (v and bench.check(v, _GoldItem(golds[key]))) for v in votes.values())
+            item = Item(id=key[0], question="", answer=golds[key])  # what a grader reads: the gold (as explain)
+            wrong[key] = sum(not (v and bench.check(v, item)) for v in votes.values())
     return wrong
-
-
-class _GoldItem:
-    """The fields a grader reads (the gold answer), without loading the benchmark's files."""
-
-    def __init__(self, answer: str) -> None:
-        self.answer = answer
-        self.choices: tuple[str, ...] = ()
 
 
 def teams_lines(store: ResultsStore, run: RunInfo) -> list[str]:
