@@ -10,16 +10,19 @@ from pathlib import Path
 import pytest
 
 from lemon.benchmarks.extract import extract_number
+from lemon.evaluation.baselines import baseline_spec
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.pools import load_pool
 from lemon.llm.scripted import ScriptedBackend
+from lemon.runtime import Executor
+from lemon.runtime.executor import derive_seed
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.train.batch import group_worker_seed
-from lemon.train.config import RewardConfig, load_train_config
-from lemon.train.rollout import RolloutSettings, score_group
+from lemon.train.config import RewardConfig, WorkerConfig, load_train_config
+from lemon.train.rollout import RolloutSettings, draw_orders, score_group
 from lemon.train.tasks import TrainTask, load_train_tasks
-from lemon.train.verified import bank_candidates, bank_targets, reliable_alone
+from lemon.train.verified import BANK_VOTERS, bank_candidates, bank_targets
 from lemon.train.workers import worker_executor
 from tests.evalcall import evaluate_kw
 from tests.evaluation.test_cli import scripted_pool_yaml
@@ -29,6 +32,14 @@ from tests.pools import scripted_pool
 def test_the_bank_mode_seed_is_evaluations_seed_0_whatever_the_run_seed() -> None:
     assert group_worker_seed(7, "svamp/x", 3, "bank", bank_seed=1234) == 1234
     assert group_worker_seed(7, "svamp/x", 3, "task", bank_seed=1234) != 1234
+
+
+def test_bank_mode_worker_samples_are_orders_of_the_banked_draws_not_fresh_seeds() -> None:
+    assert WorkerConfig(seeds="bank", samples=8).permute_draws() == 5
+    assert WorkerConfig(seeds="bank", samples=1).permute_draws() == 0  # one sample: the written order
+    assert WorkerConfig(seeds="task", samples=8).permute_draws() == 0
+    orders = draw_orders(3, 8, 5)
+    assert orders[0] == (0, 1, 2, 3, 4) and len(set(orders)) > 1 and all(sorted(o) == [0, 1, 2, 3, 4] for o in orders)
 
 
 async def test_a_train_bank_answers_every_banked_team_of_the_trainer_offline(tmp_path: Path, data_dir: Path,
@@ -53,20 +64,29 @@ async def test_a_train_bank_answers_every_banked_team_of_the_trainer_offline(tmp
             for sample in state.result.samples:
                 assert sample.valid and sample.status == "ok", (sample.status, sample.error)
                 assert sample.spent_tokens == 0 and sample.total_tokens > 0  # all served by the bank
-        targets, won = await bank_targets(tasks, executor, reward=RewardConfig())
+        # the written order only: the gate's scores are banked for the voters it ran in that order
+        targets, won = await bank_targets(tasks, executor, reward=RewardConfig(), orders=1)
+        for task in tasks:  # other orders of the banked voters are bank hits too (teams without the gate)
+            state = await score_group(executor, task, texts[2:], roles=executor.roles, seed=task.bank_seed,
+                                      settings=RolloutSettings(reward=cfg.reward, cf_enabled=False,
+                                                               worker_samples=6, permute_draws=BANK_VOTERS))
+            assert all(s.status == "ok" and s.spent_tokens == 0 for s in state.result.samples)
     finally:
         await pool.aclose()
     assert sum(won.values()) == len(tasks) and len(targets) == len(tasks) - won.get("none right", 0)
 
 
+BANK_SEED = 11
+
+
 def _voter_double(right_draws: set[int], scores: dict[str, float] | None = None) -> ScriptedBackend:
-    """A sampled worker (test double): the k-th voter's draw (its seed) answers 4 (right) when k is in
-    `right_draws`, else 7; replies score -5 (sure) or -80 by their answer, unless `scores` says otherwise."""
-    seeds: dict[int, int] = {}
+    """A sampled worker (test double): the k-th banked draw (seed from slot `role#k`) answers 4 (right) when k
+    is in `right_draws`, else 7; replies score -5 (sure) or -80 by their answer, unless `scores` says otherwise."""
+    role = baseline_spec("cot", "number", level="large").agents[0].role
+    draw_of = {derive_seed(BANK_SEED, f"{role}#{k}"): k for k in range(BANK_VOTERS)}
 
     def reply(request: ChatRequest) -> str:
-        k = seeds.setdefault(request.params.seed or 0, len(seeds))
-        return f"Working.\nThe answer is {4 if k in right_draws else 7}."
+        return f"Working.\nThe answer is {4 if draw_of[request.params.seed or 0] in right_draws else 7}."
 
     def score(request: ChatRequest, text: str) -> float:
         return (scores or {}).get(text, -5.0 if "is 4" in text else -80.0)
@@ -76,26 +96,40 @@ def _voter_double(right_draws: set[int], scores: dict[str, float] | None = None)
 
 def _task() -> TrainTask:
     return TrainTask(id="toy/1", prompt="What is 2 + 2?", grade=lambda ans: extract_number(ans) == "4",
-                     vote_key=extract_number, bank_seed=11)
+                     vote_key=extract_number, bank_seed=BANK_SEED)
 
 
-async def _targets(double: ScriptedBackend) -> tuple[list[str], bool]:
+def _executor(double: ScriptedBackend) -> Executor:
     pool = scripted_pool(double, defaults=GenParams(temperature=0.7, max_tokens=64))
-    executor = worker_executor(pool, RoleLibrary.load(), load_train_config())
-    alone = await reliable_alone(executor, _task(), "large", RewardConfig())
-    targets, _ = await bank_targets([_task()], executor, reward=RewardConfig())
-    return [label for _, label, _ in targets], alone
+    return worker_executor(pool, RoleLibrary.load(), load_train_config())
 
 
-async def test_one_agent_is_the_target_only_where_every_banked_draw_is_right() -> None:
-    labels, alone = await _targets(_voter_double({0, 1, 2, 3, 4}))
-    assert alone and labels == ["cot"]
-    # voter 1 is right, but two of the five draws are not: one agent would be right by luck
-    labels, alone = await _targets(_voter_double({0, 1, 3}))
-    assert not alone and labels == ["gate"]  # voter 1 is sure (-5 >= the gate): one voter's tokens, a vote's safety
+async def _targets(double: ScriptedBackend, orders: int = 24) -> list[str]:
+    targets, _ = await bank_targets([_task()], _executor(double), reward=RewardConfig(), orders=orders)
+    return [label for _, label, _ in targets]
 
 
-async def test_an_unsure_first_voter_makes_the_gate_run_on_to_agreement() -> None:
-    unsure = {"Working.\nThe answer is 4.": -80.0}
-    labels, _ = await _targets(_voter_double({0, 1, 3}, unsure))
-    assert labels == ["agree-2-of-3"]  # the gate and esc both run 2 voters here; the 3-voter spec is shorter
+async def test_one_agent_is_the_target_where_every_banked_draw_is_right() -> None:
+    assert await _targets(_voter_double({0, 1, 2, 3, 4})) == ["cot"]
+
+
+async def test_a_lucky_first_draw_does_not_make_one_agent_the_target() -> None:
+    # the bank's first draw is right, but two of the five are not: one agent is right on 3/5 of the draws
+    assert await _targets(_voter_double({0, 1, 3}), orders=1) == ["cot"]  # one order: luck decides
+    assert "cot" not in await _targets(_voter_double({0, 1, 3}))  # its expected success decides
+
+
+async def test_permuted_draws_give_one_agent_the_share_of_orders_whose_first_draw_is_right() -> None:
+    right = {0, 2}
+    cot = render_spec(baseline_spec("cot", "number", level="large")).text
+    state = await score_group(_executor(_voter_double(right)), _task(), [cot], roles=RoleLibrary.load(),
+                              seed=BANK_SEED, settings=RolloutSettings(reward=RewardConfig(), cf_enabled=False,
+                                                                       worker_samples=16,
+                                                                       permute_draws=BANK_VOTERS))
+    orders = draw_orders(BANK_SEED, 16, BANK_VOTERS)
+    expected = sum(o[0] in right for o in orders) / len(orders)
+    assert 0.0 < expected < 1.0 and state.result.samples[0].success == pytest.approx(expected)
+
+
+async def test_no_team_ever_right_gives_no_example() -> None:
+    assert await _targets(_voter_double(set())) == []

@@ -18,7 +18,7 @@ import asyncio
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from typing import Literal, cast
@@ -102,21 +102,35 @@ def derive_seed(seed: int, agent: str) -> int:
     return stable_seed(seed, agent)
 
 
-def sample_slot(spec: Spec, name: str) -> str:
+def sample_slot(spec: Spec, name: str, draw_order: Sequence[int] = ()) -> str:
     """What an agent's sampling seed is derived from: its role and its rank among the spec's agents of that
     role, in written order (`math_solver#2` is the third math solver).
 
     Not its name, and not its duty or level: so the k-th sample of a role on a task is the same draw in every
     team that has one (a 3-vote's voters are the first three of a 5-vote's, a stop rule's parents are a
     prefix of the full vote's), which is what makes the LLM request cache a sample bank; and renaming an
-    agent, or an edit of another agent's duty, level or edges, never changes which sample an agent draws."""
+    agent, or an edit of another agent's duty, level or edges, never changes which sample an agent draws.
+
+    `draw_order` (a permutation of range(n)) sends the agent of rank r < n to draw r's sample instead: the same
+    draws of the item in another order. Under exchangeable draws that is another equally likely run, and over a
+    sample bank of n draws it costs no worker call (training's `workers.seeds: bank` with `samples` > 1)."""
     agent = spec.agent(name)
     rank = 0
     for a in spec.agents:
         if a.name == name:
             break
         rank += a.role == agent.role
+    if rank < len(draw_order):
+        rank = draw_order[rank]
     return f"{agent.role}#{rank}"
+
+
+def check_draw_order(draw_order: Sequence[int]) -> tuple[int, ...]:
+    """`draw_order` as a tuple, or ValueError if it is not a permutation of range(len(draw_order))."""
+    order = tuple(draw_order)
+    if sorted(order) != list(range(len(order))):
+        raise ValueError(f"draw_order must be a permutation of 0..{len(order) - 1}, got {order}")
+    return order
 
 
 def required_agents(spec: Spec) -> frozenset[str]:
@@ -214,16 +228,20 @@ class Executor:
             user = p.user_with_parents.format(task=task, parents=blocks)
         return (Message("system", system), Message("user", user))
 
-    def request(self, agent: Agent, task: str, parents: Mapping[str, str], spec: Spec, seed: int) -> ChatRequest:
+    def request(self, agent: Agent, task: str, parents: Mapping[str, str], spec: Spec, seed: int,
+                draw_order: Sequence[int] = ()) -> ChatRequest:
         params = self.params
-        slot = sample_slot(spec, agent.name)
+        slot = sample_slot(spec, agent.name, draw_order)
         params = replace(params, seed=derive_seed(seed, slot) if params.temperature > 0 else None)
         return ChatRequest(self.messages(agent, task, parents, spec), params)
 
     async def run(self, spec: Spec, task: str, *, seed: int = 0, vote_key: VoteKey | None = None,
                   task_id: str | None = None, orchestrator: Mapping[str, object] | None = None,
-                  node_cache: NodeCache | None = None, shared_budget: TokenLedger | None = None) -> RunResult:
+                  node_cache: NodeCache | None = None, shared_budget: TokenLedger | None = None,
+                  draw_order: Sequence[int] = ()) -> RunResult:
         """Execute `spec` (already validated) on `task`; never raises for budget, timeout or backend errors.
+
+        `draw_order` permutes which sample each agent of a role draws (`sample_slot`); () is written order.
 
         `shared_budget` is charged every call too (e.g. a whole evaluation's cap); it never clips a call, only
         refuses it (the run then stops with status budget_exceeded and `budget_scope` = its scope).
@@ -233,7 +251,8 @@ class Executor:
         if shared_budget is not None:
             ledgers.append(shared_budget)
         return await _Run(self, spec, task, seed, vote_key, task_id, orchestrator,
-                          cache if cache is not None else NodeCache(), tuple(ledgers)).execute()
+                          cache if cache is not None else NodeCache(), tuple(ledgers),
+                          check_draw_order(draw_order)).execute()
 
 
 @dataclass
@@ -247,6 +266,7 @@ class _Run:
     orchestrator: Mapping[str, object] | None
     cache: NodeCache
     ledgers: tuple[TokenLedger, ...]  # the run's own first (it may clip), then shared ones (they never clip)
+    draw_order: tuple[int, ...] = ()  # which banked draw each agent of a role takes (`sample_slot`)
     trace: Trace = field(init=False)
     outputs: dict[str, str] = field(default_factory=dict)
     returns: dict[str, TraceEvent] = field(default_factory=dict)
@@ -282,6 +302,8 @@ class _Run:
         t.system = {"pool": ex.pool.name, "levels": list(ex.pool.level_names), "seed": self.seed,
                     "temperature": ex.params.temperature, "max_tokens": ex.params.max_tokens,
                     "models": {lv.name: lv.backend.model_id for lv in ex.pool.levels}}
+        if self.draw_order:
+            t.system["draw_order"] = list(self.draw_order)
         t.topology = {"agents": [a.model_dump(mode="json") for a in spec.agents], "output": output,
                       "edges": [[p, a.name] for a in spec.agents for p in a.depends_on]}
         decision = self._emit("orchestrator_decision", "orchestrator", **(self.orchestrator or {})) \
@@ -475,7 +497,8 @@ class _Run:
     async def _call(self, agent: Agent, parents: dict[str, str]) -> tuple[NodeOutput, bool]:
         ex = self.ex
         backend = ex.pool.backend(agent.capacity)
-        request, held = await self._reserve(agent, ex.request(agent, self.task, parents, self.spec, self.seed))
+        request, held = await self._reserve(agent, ex.request(agent, self.task, parents, self.spec, self.seed,
+                                                              self.draw_order))
         key = request_key(backend.model_id, request)
         self.requests[agent.name] = (backend, request)
         sent = False

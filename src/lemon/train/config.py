@@ -123,6 +123,15 @@ class WorkerConfig(_Strict):
     # `bank` = the seed `lemon eval --seeds 1` gives the item: every vote or stop-rule team over the voters a
     # sample bank holds (experiments/adaptive_cpu.sh train-bank) is answered from the LLM cache, exactly.
     seeds: Literal["task", "step", "bank"] = "step"
+    # Draws of each role the sample bank holds (experiments/adaptive_cpu.sh banks 5 voters). With `seeds: bank`,
+    # `samples` > 1 re-runs each spec with these draws in other orders, not under fresh seeds: a team's
+    # success becomes nearly its EXPECTED success on the item (cot: the share of right draws), at no worker
+    # call, where one draw order says only whether its first voter was lucky.
+    bank_draws: int = Field(default=5, ge=1, le=64)
+
+    def permute_draws(self) -> int:
+        """`RolloutSettings.permute_draws` for this config: the bank's width where samples are orders."""
+        return self.bank_draws if self.seeds == "bank" and self.samples > 1 else 0
 
 
 class OptimConfig(_Strict):

@@ -134,7 +134,8 @@ class Trainer:
                       grouped: Sequence[Sequence[Completion]]) -> list[GroupResult]:
         s = self.settings
         settings = RolloutSettings(reward=self.cfg.reward, cf_enabled=s.cf, cf_budget=self.cfg.credit.cf_budget,
-                                   ablation=s.ablation, worker_samples=self.cfg.workers.samples)
+                                   ablation=s.ablation, worker_samples=self.cfg.workers.samples,
+                                   permute_draws=self.cfg.workers.permute_draws())
         return await rollout_groups(
             self.executor, chosen, [[c.text for c in cs] for cs in grouped], roles=self.roles,
             settings=settings, sampler=self._step_sampler(step) if s.cf else None,

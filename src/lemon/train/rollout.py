@@ -171,6 +171,10 @@ class RolloutSettings:
     cf_budget: float | None = 0.2
     ablation: Ablation = Ablation()
     worker_samples: int = 1
+    # > 0: the worker samples are the group's ONE seed (a sample bank's) with the first `permute_draws` draws
+    # of each role in other orders (`runtime.executor.sample_slot`), not fresh seeds: more runs of the item at
+    # no worker call, so a team's success is nearly its expected success on the item, not one draw's luck.
+    permute_draws: int = 0
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,7 @@ class GroupState:
     task: TrainTask
     result: GroupResult
     cache: NodeCache
-    seeds: tuple[int, ...]
+    draws: tuple[WorkerDraw, ...]
     runs: dict[int, list[RunResult]] = field(default_factory=dict)
     plans: list[PlannedEdit] = field(default_factory=list)
 
@@ -207,6 +211,33 @@ def n_edges(spec: Spec) -> int:
 def worker_seeds(seed: int, samples: int) -> tuple[int, ...]:
     """The worker seeds of a group: `seed` itself first, so one sample reproduces the one-seed runs."""
     return (seed, *tuple(derive_seed(seed, f"worker-sample-{k}") for k in range(1, samples)))
+
+
+@dataclass(frozen=True)
+class WorkerDraw:
+    """One execution of a group's specs: a worker seed and the order its banked draws are taken in."""
+
+    seed: int
+    order: tuple[int, ...] = ()
+
+
+def draw_orders(seed: int, samples: int, width: int) -> tuple[tuple[int, ...], ...]:
+    """`samples` orders of `width` draws: written order first (so one sample is the plain bank run), then
+    seeded shuffles, the same for every spec of a group (common random numbers)."""
+    out = [tuple(range(width))]
+    for k in range(1, samples):
+        order = list(range(width))
+        random.Random(derive_seed(seed, f"draw-order-{k}")).shuffle(order)
+        out.append(tuple(order))
+    return tuple(out)
+
+
+def worker_draws(seed: int, settings: RolloutSettings) -> tuple[WorkerDraw, ...]:
+    """The executions of a group: fresh seeds, or one seed in `permute_draws`-wide orders."""
+    if settings.permute_draws:
+        return tuple(WorkerDraw(seed, order)
+                     for order in draw_orders(seed, settings.worker_samples, settings.permute_draws))
+    return tuple(WorkerDraw(s) for s in worker_seeds(seed, settings.worker_samples))
 
 
 def _spans_in_completion(rendered: RenderedSpec, completion: str) -> int | None:
@@ -224,8 +255,9 @@ def live_fields(spec: Spec, refs: Sequence[FieldRef]) -> list[FieldRef]:
 async def _execute(executor: Executor, spec: Spec, state: GroupState) -> tuple[list[RunResult], list[bool]]:
     """Run `spec` once per worker seed of the group (through its node cache); grade every run."""
     task = state.task
-    runs = await asyncio.gather(*(executor.run(spec, task.prompt, seed=s, vote_key=task.vote_key,
-                                               task_id=task.id, node_cache=state.cache) for s in state.seeds))
+    runs = await asyncio.gather(*(executor.run(spec, task.prompt, seed=d.seed, vote_key=task.vote_key,
+                                               task_id=task.id, node_cache=state.cache, draw_order=d.order)
+                                  for d in state.draws))
     graded = await asyncio.gather(*(is_correct(task, r.answer) if r.status == "ok" else _false() for r in runs))
     return list(runs), list(graded)
 
@@ -290,7 +322,7 @@ async def score_group(executor: Executor, task: TrainTask, completions: Sequence
     """Phase 1: read, execute and reward every completion of one group."""
     samples = _read_completions(completions, roles, executor.pool.level_names, settings)
     state = GroupState(task=task, result=GroupResult(task_id=task.id, samples=samples), cache=NodeCache(),
-                       seeds=worker_seeds(seed, settings.worker_samples))
+                       draws=worker_draws(seed, settings))
     valid_idx = [i for i, s in enumerate(samples) if s.valid]
     executed = await asyncio.gather(*(_execute(executor, samples[i].spec, state)  # type: ignore[arg-type]
                                       for i in valid_idx))
@@ -337,7 +369,7 @@ def plan_counterfactuals(state: GroupState, executor: Executor, *, roles: RoleLi
     valid_idx = [i for i, s in enumerate(samples) if s.valid]
     state.result.sampler_probs = sampler.probabilities()
     budget = None if settings.cf_budget is None else settings.cf_budget * sum(
-        samples[i].total_tokens * len(state.seeds) for i in valid_idx)
+        samples[i].total_tokens * len(state.draws) for i in valid_idx)
     state.result.cf_budget_tokens = budget
     used = 0
     group = [sp for i in valid_idx if (sp := samples[i].spec) is not None]

@@ -89,23 +89,6 @@ def bank_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[str
     return out
 
 
-async def reliable_alone(executor: Executor, task: TrainTask, level: str, reward: RewardConfig) -> bool:
-    """Whether one CoT agent at `level` is right on EVERY banked draw of `task`.
-
-    The bank's 5 voters are 5 draws of the same agent (the spec "5 voters, output cot_k" runs voter k alone on
-    its banked sample: `runtime.executor.sample_slot`). The policy reads only the question, so one agent is
-    the right team only where its answer does not depend on the draw. Judged on one draw, 23 of the first 25
-    bank targets were one agent: right by luck on items where a vote was needed, which teaches one agent for
-    everything."""
-    from lemon.evaluation.baselines import baseline_spec
-
-    five = baseline_spec("sc-cot", task.kind, level=level, n=BANK_VOTERS)
-    texts = [render_spec(five.model_copy(update={"output": a.name})).text for a in five.agents[:-1]]
-    state = await score_group(executor, task, texts, roles=executor.roles, seed=task.bank_seed,
-                              settings=RolloutSettings(reward=reward, cf_enabled=False, worker_samples=1))
-    return all(s.valid and s.success == 1.0 for s in state.result.samples)
-
-
 #: Characters of canonical spec text per orchestrator token, when the reward does not say (SmolLM2's tokenizer
 #: on our specs, as experiments/adaptive_train.yaml measures it).
 SPEC_CHARS_PER_TOKEN = 3.5
@@ -119,36 +102,43 @@ def user_pays(reward: RewardConfig) -> RewardConfig:
                                      "spec_chars_per_token": reward.spec_chars_per_token or SPEC_CHARS_PER_TOKEN})
 
 
+#: Orders of the bank's draws the bank teacher runs every candidate in (`rollout.draw_orders`): enough that a
+#: team's success is close to its expected success on the item (cot's: the share of right draws).
+TEACHER_ORDERS = 24
+
+
 async def bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward: RewardConfig,
-                       progress: Progress | None = None) -> tuple[list[tuple[TrainTask, str, Spec]],
-                                                                  dict[str, int]]:
-    """Per task, the highest-reward (so, under a cost term, the cheapest) of `BANK_TEAMS` at the strongest
-    level that was right under the bank's worker seed (`TrainTask.bank_seed`), one agent only where it is
-    right on every banked draw (`reliable_alone`): no worker call once the bank holds the task. The winner
-    differs by item (one agent where one suffices, a stopping vote where it does not), which is what the data
-    should teach (issue 24)."""
+                       orders: int = TEACHER_ORDERS, progress: Progress | None = None
+                       ) -> tuple[list[tuple[TrainTask, str, Spec]], dict[str, int]]:
+    """Per task, the one of `BANK_TEAMS` at the strongest level with the highest EXPECTED reward: each runs
+    over `orders` orders of the task's banked draws (`TrainTask.bank_seed`), all answered by the bank. A
+    task no team ever gets right gives no example.
+
+    Why expected: the policy reads only the question, so the team to teach is the one that pays on the item's
+    draws, not on the one order the bank happened to hold. Judged on that one order, 23 of the first 25
+    targets were one agent, right by luck where a vote was needed; requiring one agent to be right on every
+    draw fixed that but still ranked the vote teams by one order's luck."""
     level = executor.pool.level_names[-1]
     fixed: dict[str, list[tuple[str, Spec]]] = {}
-    reward = user_pays(reward)
 
     async def candidates(task: TrainTask) -> list[tuple[str, Spec]]:
-        teams = fixed.setdefault(task.kind, bank_candidates(task.kind, executor.roles, level))
-        if await reliable_alone(executor, task, level, reward):
-            return teams
-        return [(label, spec) for label, spec in teams if len(spec.agents) > 1]  # no lone agent
+        return fixed.setdefault(task.kind, bank_candidates(task.kind, executor.roles, level))
 
-    return await pick_targets(tasks, executor, candidates, lambda task: task.bank_seed, reward=reward,
-                              worker_samples=1, phase="bank", progress=progress)
+    settings = RolloutSettings(reward=user_pays(reward), cf_enabled=False, worker_samples=orders,
+                               permute_draws=BANK_VOTERS if orders > 1 else 0)
+    return await pick_targets(tasks, executor, candidates, lambda task: task.bank_seed, settings=settings,
+                              always_right=False, phase="bank", progress=progress)
 
 
 async def best_candidate(executor: Executor, task: TrainTask, candidates: Sequence[tuple[str, Spec]], *,
-                         reward: RewardConfig, worker_samples: int, seed: int) -> tuple[str, Spec] | None:
-    """The highest-reward candidate that was right under every worker seed, or None."""
+                         settings: RolloutSettings, seed: int, always_right: bool = True
+                         ) -> tuple[str, Spec] | None:
+    """The highest-reward candidate that was right under every worker draw (`always_right`) or under any,
+    or None."""
     texts = [render_spec(spec).text for _, spec in candidates]
-    state = await score_group(executor, task, texts, roles=executor.roles,
-                              settings=RolloutSettings(reward=reward, cf_enabled=False,
-                                                       worker_samples=worker_samples), seed=seed)
-    right = [(s.total_reward, -k, k) for k, s in enumerate(state.result.samples) if s.valid and s.success == 1.0]
+    state = await score_group(executor, task, texts, roles=executor.roles, settings=settings, seed=seed)
+    right = [(s.total_reward, -k, k) for k, s in enumerate(state.result.samples)
+             if s.valid and (s.success == 1.0 if always_right else s.success > 0.0)]
     if not right:
         return None
     k = max(right)[2]
@@ -173,21 +163,22 @@ async def verified_targets(tasks: Sequence[TrainTask], executor: Executor, *, re
                 out.insert(0, ("teacher", live_spec(proposal.spec)))
         return out
 
+    settings = RolloutSettings(reward=reward, cf_enabled=False, worker_samples=worker_samples)
     return await pick_targets(tasks, executor, candidates, lambda task: stable_seed(seed, "verified", task.id),
-                              reward=reward, worker_samples=worker_samples, phase="verify", progress=progress)
+                              settings=settings, phase="verify", progress=progress)
 
 
 async def pick_targets(tasks: Sequence[TrainTask], executor: Executor,
                        candidates: Callable[[TrainTask], Awaitable[list[tuple[str, Spec]]]],
-                       seed_of: Callable[[TrainTask], int], *, reward: RewardConfig, worker_samples: int,
-                       phase: str, progress: Progress | None) -> tuple[list[tuple[TrainTask, str, Spec]],
-                                                                       dict[str, int]]:
+                       seed_of: Callable[[TrainTask], int], *, settings: RolloutSettings, phase: str,
+                       progress: Progress | None, always_right: bool = True
+                       ) -> tuple[list[tuple[TrainTask, str, Spec]], dict[str, int]]:
     """Per task, `best_candidate` of its candidates under its worker seed; how often each label won."""
     won: Counter[str] = Counter()
     out = []
     for i, task in enumerate(tasks):
-        best = await best_candidate(executor, task, await candidates(task), reward=reward,
-                                    worker_samples=worker_samples, seed=seed_of(task))
+        best = await best_candidate(executor, task, await candidates(task), settings=settings,
+                                    seed=seed_of(task), always_right=always_right)
         won[best[0] if best else "none right"] += 1
         if best is not None:
             out.append((task, best[0], best[1]))
