@@ -9,7 +9,7 @@ Also printed: the per-item oracle (the cheapest team that is right on each item,
 upper bound on what choosing a team per item can reach with these teams, and how the stopping point of
 `agree 2 of 5` tracks item difficulty (the share of the 5 voters that are wrong).
 Usage: python experiments/stop_rules_table.py [--store S] [--benchmarks svamp gsm8k] [--level large] [--pool cpu]
-       [--json F] [--seeds N] [--split test|train] [--online]
+       [--json F] [--seeds N] [--split test|train] [--online] [--orders N]
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ from lemon.paths import lemon_home
 from lemon.runtime import Executor
 from lemon.spec.model import Spec, StopRule
 from lemon.spec.roles import RoleLibrary
+from lemon.train.config import RewardConfig
+from lemon.train.reward import compute_reward
+from lemon.train.rollout import draw_orders
 
 #: The logprob gate thresholds (nats) swept: a reply's summed log-probability is about -10 for a short sure
 #: reply and below -100 for a long hesitant one (Qwen2.5-Coder-1.5B on GSM8K / SVAMP).
@@ -56,9 +59,12 @@ TEAMS: dict[str, tuple[int, StopRule | None]] = {
 
 @dataclass
 class Outcome:
-    correct: dict[tuple[str, int], bool] = field(default_factory=dict)
-    tokens: dict[tuple[str, int], int] = field(default_factory=dict)
-    voters: dict[tuple[str, int], int] = field(default_factory=dict)
+    """Per (item, seed): right or not (with `--orders`, the share of draw orders that were right), worker
+    tokens and voters run (means over the orders)."""
+
+    correct: dict[tuple[str, int], float] = field(default_factory=dict)
+    tokens: dict[tuple[str, int], float] = field(default_factory=dict)
+    voters: dict[tuple[str, int], float] = field(default_factory=dict)
 
 
 def team_spec(kind: str, level: str, voters: int, rule: StopRule | None) -> Spec:
@@ -92,9 +98,11 @@ Replay = tuple[dict[str, "Outcome"], dict[tuple[str, int], int]]
 
 
 async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str = "cpu",
-                 seeds: int | None = None, *, split: str = "test", online: bool = False) -> Replay:
-    """Every team of TEAMS on every (item, seed) the bank holds, through an offline pool; and per pair, how many
-    of the 5 voters are wrong on their own (the item's difficulty)."""
+                 seeds: int | None = None, *, split: str = "test", online: bool = False,
+                 orders: int = 1) -> Replay:
+    """Every team of TEAMS on every (item, seed) the bank holds, through an offline pool, in `orders` orders of
+    the banked draws (`lemon.train.rollout.draw_orders`, the bank teacher's and the trainer's); and per pair,
+    how many of the 5 voters are wrong on their own (the item's difficulty)."""
     keys, config = bank_keys(store, benchmark, level, seeds, split)
     task, roles = get_benchmark(benchmark), RoleLibrary.load()
     pool = load_pool(pool_name, offline=not online)
@@ -107,28 +115,33 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
     out = {name: Outcome() for name in TEAMS}
     wrong: dict[tuple[str, int], int] = {}
     for item_id, seed in sorted(keys):
-        item = items[item_id]
+        item, key = items[item_id], (item_id, seed)
+        run_seed = item_seed(benchmark, item.id, seed)
         for name, spec in specs.items():
-            result = await executor.run(spec, task.prompt(item), seed=item_seed(benchmark, item.id, seed),
-                                        vote_key=lambda text, it=item: task.extract(text, it))
-            if result.status != "ok":
-                raise SystemExit(f"{benchmark} {item_id} seed {seed} {name}: {result.stop_reason}")
-            pred = task.extract(result.answer, item)
-            key = (item_id, seed)
-            out[name].correct[key] = pred is not None and bool(task.check(pred, item))
-            out[name].tokens[key] = result.total_tokens
-            out[name].voters[key] = sum(1 for a in result.tokens_by_agent if a != "vote")
-            if name == "sc-cot 5":
-                answers = [task.extract(t, item) for a, t in result.outputs.items() if a != "vote"]
-                wrong[key] = sum(not (x is not None and task.check(x, item)) for x in answers)
+            runs = []
+            for order in draw_orders(run_seed, orders, 5) if orders > 1 else [()]:
+                result = await executor.run(spec, task.prompt(item), seed=run_seed, draw_order=order,
+                                            vote_key=lambda text, it=item: task.extract(text, it))
+                if result.status != "ok":
+                    raise SystemExit(f"{benchmark} {item_id} seed {seed} {name}: {result.stop_reason}")
+                pred = task.extract(result.answer, item)
+                runs.append((pred is not None and bool(task.check(pred, item)), result.total_tokens,
+                             sum(1 for a in result.tokens_by_agent if a != "vote")))
+                if name == "sc-cot 5" and not order:
+                    answers = [task.extract(t, item) for a, t in result.outputs.items() if a != "vote"]
+                    wrong[key] = sum(not (x is not None and task.check(x, item)) for x in answers)
+            out[name].correct[key], out[name].tokens[key], out[name].voters[key] = (
+                statistics.mean(float(r[i]) for r in runs) for i in range(3))
+        if orders > 1 and key not in wrong:
+            wrong[key] = round(5 * (1 - out["cot (voter 1)"].correct[key]))  # cot's share over orders
     return out, wrong
 
 
 def oracle(outcomes: dict[str, Outcome]) -> Outcome:
-    """Per (item, seed): the cheapest team that is right, else the cheapest team."""
+    """Per (item, seed): the cheapest team that is (most often) right, else the cheapest team."""
     best = Outcome()
     for key in outcomes["sc-cot 5"].correct:
-        ranked = sorted(outcomes, key=lambda n: (not outcomes[n].correct[key], outcomes[n].tokens[key]))
+        ranked = sorted(outcomes, key=lambda n: (-outcomes[n].correct[key], outcomes[n].tokens[key]))
         best.correct[key] = outcomes[ranked[0]].correct[key]
         best.tokens[key] = outcomes[ranked[0]].tokens[key]
         best.voters[key] = outcomes[ranked[0]].voters[key]
@@ -136,7 +149,7 @@ def oracle(outcomes: dict[str, Outcome]) -> Outcome:
 
 
 def accuracy(o: Outcome) -> str:
-    by_seed: dict[int, list[bool]] = defaultdict(list)
+    by_seed: dict[int, list[float]] = defaultdict(list)
     for (_, seed), ok in o.correct.items():
         by_seed[seed].append(ok)
     accs = [100 * sum(v) / len(v) for v in by_seed.values()]
@@ -144,7 +157,17 @@ def accuracy(o: Outcome) -> str:
     return f"{statistics.mean(accs):.1f} ± {sd:.1f}"
 
 
+def reward(o: Outcome) -> str:
+    """The trainer's mean reward (default coefficients, worker tokens only): what GRPO ranks teams by."""
+    cfg = RewardConfig()
+    totals = [compute_reward(cfg, success=o.correct[k], tokens=o.tokens[k], n_agents=1, n_edges=0).total
+              for k in o.correct]
+    return f"{statistics.mean(totals):.3f}"
+
+
 def paired(a: Outcome, b: Outcome) -> str:
+    if any(v not in (0.0, 1.0) for o in (a, b) for v in o.correct.values()):
+        return "—"  # shares over draw orders: no paired test
     only_a = sum(a.correct[k] and not b.correct[k] for k in a.correct)
     only_b = sum(b.correct[k] and not a.correct[k] for k in a.correct)
     return f"{only_a}/{only_b}, p = {mcnemar_exact(only_a, only_b):.2g}"
@@ -156,11 +179,12 @@ def table(benchmark: str, outcomes: dict[str, Outcome], wrong: dict[tuple[str, i
     per_seed = {s: sum(1 for _, t in full.correct if t == s) for s in sorted({s for _, s in full.correct})}
     counts = ", ".join(f"seed {s}: {n} items" for s, n in per_seed.items())
     lines = [f"### {benchmark}: {pairs} (item, seed) pairs ({counts}), replayed from the sample bank",
-             "", "| team | accuracy % | worker tokens / item | voters run | vs sc-cot 5 | vs cot |",
-             "|---|---|---|---|---|---|"]
+             "", "| team | accuracy % | worker tokens / item | voters run | reward | vs sc-cot 5 | vs cot |",
+             "|---|---|---|---|---|---|---|"]
     for name, o in [*outcomes.items(), ("per-item oracle (upper bound)", oracle(outcomes))]:
         lines.append(f"| {name} | {accuracy(o)} | {statistics.mean(o.tokens.values()):.0f} | "
-                     f"{statistics.mean(o.voters.values()):.2f} | {paired(o, full)} | {paired(o, single)} |")
+                     f"{statistics.mean(o.voters.values()):.2f} | {reward(o)} | {paired(o, full)} | "
+                     f"{paired(o, single)} |")
     return [*lines, "", *difficulty_lines(outcomes["agree 2 of 5 (esc)"], wrong)]
 
 
@@ -185,12 +209,15 @@ def main() -> None:
     ap.add_argument("--online", action="store_true",
                     help="the real pool: logprob scores the cache lacks are computed (samples still come from "
                          "the bank, which holds them); without it a missing score is an error")
+    ap.add_argument("--orders", type=int, default=1,
+                    help="run every team in N orders of the banked draws and report expected accuracy (the bank "
+                         "teacher's 24 orders score every voter the gate can reach: run this --online first)")
     args = ap.parse_args()
     dump: dict[str, object] = {}
     with ResultsStore(args.store) as store:
         for bench in args.benchmarks:
             outcomes, wrong = asyncio.run(replay(bench, args.level, store, args.pool, args.seeds, split=args.split,
-                                                 online=args.online))
+                                                 online=args.online, orders=args.orders))
             print("\n".join(table(f"{bench} `{args.split}`", outcomes, wrong)))
             dump[bench] = {n: {"correct": {f"{k[0]}#{k[1]}": v for k, v in o.correct.items()},
                                "tokens": {f"{k[0]}#{k[1]}": v for k, v in o.tokens.items()}}
