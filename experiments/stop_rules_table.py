@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
-from lemon.evaluation.baselines import baseline_spec
-from lemon.evaluation.item import WORKER_SEEDS, item_seed
+from lemon.evaluation.bank import bank_keys, vote_team
+from lemon.evaluation.item import item_seed
 from lemon.evaluation.report import mcnemar_exact
 from lemon.evaluation.store import ResultsStore
 from lemon.llm.pools import load_pool
 from lemon.paths import lemon_home
 from lemon.runtime import Executor
-from lemon.spec.model import Spec, StopRule
+from lemon.spec.model import StopRule
 from lemon.spec.roles import RoleLibrary
 from lemon.train.config import RewardConfig
 from lemon.train.reward import compute_reward
@@ -67,33 +67,6 @@ class Outcome:
     voters: dict[tuple[str, int], float] = field(default_factory=dict)
 
 
-def team_spec(kind: str, level: str, voters: int, rule: StopRule | None) -> Spec:
-    if voters == 1:
-        return baseline_spec("cot", kind, level=level)  # the same request as sc-cot's first voter
-    spec = baseline_spec("sc-cot", kind, level=level, n=voters)
-    vote = spec.agents[-1].model_copy(update={"stop": rule})
-    return spec.model_copy(update={"agents": (*spec.agents[:-1], vote)})
-
-
-def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None,
-              split: str = "test") -> tuple[set[tuple[str, int]],
-                                                                                      dict[str, object]]:
-    """The (item, seed) pairs of `benchmark`'s test split that the bank holds (the 5-voter sc-cot runs at
-    `level`, sampled as the bank samples: a new run identity for the same bank still hits the same cache),
-    seeds below `seeds` only; and the config of one such run."""
-    keys: set[tuple[str, int]] = set()
-    config: dict[str, object] | None = None
-    for run in store.runs():
-        cfg = json.loads(store._rows("SELECT config_json FROM runs WHERE run_id = ?", (run.run_id,))[0][0])
-        if ((run.benchmark, run.split, run.method, run.level) == (benchmark, split, "sc-cot", level)
-                and cfg.get("n_agents") == 5 and cfg.get("worker_seeds") == WORKER_SEEDS):
-            keys |= {k for k in store.done_keys(run.run_id) if seeds is None or k[1] < seeds}
-            config = cfg
-    if config is None:
-        raise SystemExit(f"no 5-voter sc-cot run of {benchmark} at {level} in the store: run the bank stage first")
-    return keys, config
-
-
 Replay = tuple[dict[str, "Outcome"], dict[tuple[str, int], int]]
 
 
@@ -111,7 +84,7 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
                          max_tokens=None if max_tokens is None else int(max_tokens))  # type: ignore[call-overload]
     executor = Executor(pool, roles, params=params)
     items = {str(i.id): i for i in load_split(benchmark, split)}
-    specs = {name: team_spec(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()}
+    specs = {name: vote_team(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()}
     out = {name: Outcome() for name in TEAMS}
     wrong: dict[tuple[str, int], int] = {}
     for item_id, seed in sorted(keys):

@@ -52,6 +52,9 @@ async def test_smollm2_scores_its_own_reply_exactly_as_llama_cpp_reports_it() ->
         out = llama.create_completion(text, max_tokens=1, temperature=0.0, logprobs=1, echo=True)
         reported = out["choices"][0]["logprobs"]["token_logprobs"][-(len(answer) + 1):-1]
         assert sum(reported) == pytest.approx(score, abs=1e-3)
+        tokens = await backend.token_logprobs(REQUEST, reply)  # the same numbers, token by token
+        assert b"".join(t for t, _ in tokens).decode("utf-8") == reply
+        assert [lp for _, lp in tokens] == pytest.approx(reported, abs=1e-3)
         assert await backend.score(REQUEST, "") == 0.0
     finally:
         await backend.aclose()

@@ -149,6 +149,9 @@ class EmbeddedBackend:
         return self._scoring
 
     def _score(self, request: ChatRequest, reply: str) -> float:
+        return float(sum(lp for _, lp in self._token_logprobs(request, reply)))
+
+    def _token_logprobs(self, request: ChatRequest, reply: str) -> list[tuple[bytes, float]]:
         llama = self._load_scoring()
         prompt = chat_prompt_tokens(llama, request)
         answer = llama.tokenize(reply.encode("utf-8"), add_bos=False, special=False) if reply else []
@@ -157,12 +160,19 @@ class EmbeddedBackend:
                                f"{len(prompt)}: more than the scoring context of {llama.n_ctx()} tokens; shorten "
                                "the agents' max_tokens or drop the logprob gate")
         if not answer:
-            return 0.0
+            return []
         try:
             eval_prompt_then_reply(llama, prompt, answer)
         except (ValueError, RuntimeError) as exc:
             raise BackendError(f"{self.model_id}: scoring failed ({' '.join(str(exc).split())})") from None
-        return reply_logprob(llama.scores, len(prompt), answer)
+        logprobs = reply_token_logprobs(llama.scores, len(prompt), answer)
+        return [(llama.detokenize([t]), lp) for t, lp in zip(answer, logprobs, strict=True)]
+
+    async def token_logprobs(self, request: ChatRequest, reply: str) -> list[tuple[bytes, float]]:
+        """(token bytes, log-probability) of each of `reply`'s tokens after `request`'s messages, as `score`
+        computes them (its value is their sum): which part of a reply the model was sure of, e.g. its answer."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._token_logprobs, request, reply)
 
     async def score(self, request: ChatRequest, reply: str) -> float:
         """The sum of `reply`'s token log-probabilities after `request`'s messages (see `Scorer`): the prompt
@@ -219,19 +229,20 @@ def eval_prompt_then_reply(llama: Any, prompt: list[int], answer: list[int]) -> 
     llama.eval(answer)
 
 
-def reply_logprob(scores: Any, prompt_len: int, answer: list[int]) -> float:
-    """Sum over the reply's tokens of log softmax(logits)[token], where row i of `scores` holds the logits after
-    token i (so the reply's k-th token is predicted by row prompt_len + k - 1); float64, a few rows at a time."""
+def reply_token_logprobs(scores: Any, prompt_len: int, answer: list[int]) -> list[float]:
+    """Per reply token, log softmax(logits)[token], where row i of `scores` holds the logits after token i (so
+    the reply's k-th token is predicted by row prompt_len + k - 1); float64, a few rows at a time."""
     import numpy as np
 
-    total = 0.0
+    out: list[float] = []
     for start in range(0, len(answer), _SCORE_ROWS):
         ids = np.asarray(answer[start:start + _SCORE_ROWS])
         rows = np.asarray(scores[prompt_len - 1 + start:prompt_len - 1 + start + len(ids)], dtype=np.float64)
         top = rows.max(axis=1, keepdims=True)
         log_z = top[:, 0] + np.log(np.exp(rows - top).sum(axis=1))
-        total += float((rows[np.arange(len(ids)), ids] - log_z).sum())
-    return total
+        out.extend((rows[np.arange(len(ids)), ids] - log_z).tolist())
+    return out
+
 
 
 def verified_model_file(model: str, sha256: str | None) -> Path:

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from lemon.evaluation.bank import BANK_VOTERS, vote_team
 from lemon.evaluation.baselines import GATE_LOGPROB
 from lemon.runtime import Executor
 from lemon.runtime.executor import required_agents
@@ -70,23 +71,11 @@ BANK_TEAMS: tuple[tuple[str, int, StopRule | None], ...] = (
     ("cot", 1, None), ("gate", 5, StopRule(agree=2, logprob=GATE_LOGPROB)), ("agree-2-of-3", 3, StopRule(agree=2)),
     ("esc", 5, StopRule(agree=2)), ("sc-cot-3", 3, None), ("confidence-0.8-of-5", 5, StopRule(confidence=0.8)),
     ("sc-cot-5", 5, None))
-BANK_VOTERS = 5
 
 
 def bank_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[str, Spec]]:
     """(label, spec) of `BANK_TEAMS` at `level`, written as the policy would (voters as one `copies` block)."""
-    from lemon.evaluation.baselines import baseline_spec
-
-    out = []
-    for label, voters, rule in BANK_TEAMS:
-        if voters == 1:  # the same request as a vote's first voter (runtime.executor.sample_slot)
-            spec = baseline_spec("cot", kind, level=level)
-        else:
-            spec = baseline_spec("sc-cot", kind, level=level, n=voters)
-            vote = spec.agents[-1].model_copy(update={"stop": rule})
-            spec = spec.model_copy(update={"agents": (*spec.agents[:-1], vote)})
-        out.append((label, spec))
-    return out
+    return [(label, vote_team(kind, level, voters, rule)) for label, voters, rule in BANK_TEAMS]
 
 
 #: Characters of canonical spec text per orchestrator token, when the reward does not say (SmolLM2's tokenizer

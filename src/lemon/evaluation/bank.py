@@ -1,0 +1,46 @@
+"""The sample bank read back: the teams its voters answer, and the (item, seed) pairs it holds.
+
+A 5-voter sc-cot evaluation at one level (`experiments/adaptive_cpu.sh bank`, `train-bank`) fills the LLM
+cache with 5 draws per (item, seed); every vote or stop-rule team over a prefix of those voters is then
+answered from the cache (`runtime.executor.sample_slot`). The bank teacher (`lemon.train.verified`) and the
+replay scripts (`experiments/stop_rules_table.py`, `experiments/answer_confidence.py`) build those teams and
+find those pairs here, one way.
+"""
+
+from __future__ import annotations
+
+from lemon.evaluation.baselines import baseline_spec
+from lemon.evaluation.item import WORKER_SEEDS
+from lemon.evaluation.store import ResultsStore
+from lemon.spec.model import Spec, StopRule
+
+#: Voters per (item, seed) the bank holds.
+BANK_VOTERS = 5
+
+
+def vote_team(kind: str, level: str, voters: int, rule: StopRule | None = None) -> Spec:
+    """`voters` CoT voters at `level` and a vote with `rule`; one voter is the lone CoT agent, which sends the
+    same request as a vote's first voter (so it is banked too)."""
+    if voters == 1:
+        return baseline_spec("cot", kind, level=level)
+    spec = baseline_spec("sc-cot", kind, level=level, n=voters)
+    vote = spec.agents[-1].model_copy(update={"stop": rule})
+    return spec.model_copy(update={"agents": (*spec.agents[:-1], vote)})
+
+
+def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None = None,
+              split: str = "test") -> tuple[set[tuple[str, int]], dict[str, object]]:
+    """The (item, seed) pairs of `benchmark`'s `split` that the bank holds (its 5-voter sc-cot runs at
+    `level`, sampled as the bank samples: a new run identity for the same bank still hits the same cache),
+    seeds below `seeds` only; and the config of one such run. SystemExit if there is none."""
+    keys: set[tuple[str, int]] = set()
+    config: dict[str, object] | None = None
+    for run in store.runs():
+        if ((run.benchmark, run.split, run.method, run.level) == (benchmark, split, "sc-cot", level)
+                and run.config.get("n_agents") == BANK_VOTERS and run.config.get("worker_seeds") == WORKER_SEEDS):
+            keys |= {k for k in store.done_keys(run.run_id) if seeds is None or k[1] < seeds}
+            config = run.config
+    if config is None:
+        raise SystemExit(f"no {BANK_VOTERS}-voter sc-cot run of {benchmark} {split} at {level} in the store: "
+                         "run experiments/adaptive_cpu.sh bank (or train-bank) first")
+    return keys, config
