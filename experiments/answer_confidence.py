@@ -106,7 +106,8 @@ async def voters_of(benchmark: str, split: str, limit: int, store: Path, cache: 
                 request = executor.request(agent, task.prompt(item), {}, spec, run_seed)
                 tokens = await scorer.token_logprobs(request, text)
                 voters.append({"key": pred, "right": pred is not None and bool(task.check(pred, item)),
-                               "tokens": result.tokens_by_agent[agent.name].total,
+                               "tokens": (result.tokens_by_agent[agent.name]["prompt"]
+                                         + result.tokens_by_agent[agent.name]["completion"]),
                                **signals(tokens, text, pred)})
             row = {"benchmark": benchmark, "item": item_id, "seed": seed, "voters": voters}
             with cache.open("a") as f:
