@@ -38,40 +38,42 @@ from lemon.runtime import Executor
 from lemon.spec.roles import RoleLibrary
 from lemon.train.rollout import draw_orders
 
-SIGNALS = ("reply", "mean", "answer", "answer_min")
+SIGNALS = ("reply", "mean", "min", "low3", "answer_first", "answer_last")
 ORDERS = 24
 NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?")
 
 
-def answer_span(text: str, answer: str | None) -> tuple[int, int] | None:
-    """Byte span of the last number in `text` equal to the extracted `answer`."""
-    if answer is None:
-        return None
-    for m in reversed(list(NUMBER.finditer(text))):
+def answer_spans(text: str, answer: str | None) -> list[tuple[int, int]]:
+    """Byte spans of the numbers in `text` equal to the extracted `answer`, first to last."""
+    spans = []
+    for m in NUMBER.finditer(text) if answer is not None else ():
         raw = m.group().replace("$", "").replace(",", "")
         try:
-            if float(raw) == float(answer):
-                return len(text[:m.start()].encode()), len(text[:m.end()].encode())
+            if float(raw) == float(answer):  # type: ignore[arg-type]
+                spans.append((len(text[:m.start()].encode()), len(text[:m.end()].encode())))
         except ValueError:
             continue
-    return None
+    return spans
 
 
-def signals(tokens: list[tuple[bytes, float]], text: str, answer: str | None) -> dict[str, float]:
-    """Each signal of one reply: sum, mean, and the answer tokens' sum and minimum (-inf: no answer found)."""
-    lps = [lp for _, lp in tokens]
-    out = {"reply": sum(lps), "mean": sum(lps) / max(len(lps), 1), "answer": float("-inf"),
-           "answer_min": float("-inf")}
-    span = answer_span(text, answer)
-    if span is not None:
-        at, inside = 0, []
-        for tok, lp in tokens:
-            if at < span[1] and at + len(tok) > span[0]:
-                inside.append(lp)
-            at += len(tok)
-        if inside:
-            out["answer"], out["answer_min"] = sum(inside), min(inside)
-    return out
+def span_sum(lens: list[int], lps: list[float], span: tuple[int, int]) -> float:
+    """Sum of the log-probabilities of the tokens overlapping byte `span`."""
+    at, total = 0, 0.0
+    for n, lp in zip(lens, lps, strict=True):
+        if at < span[1] and at + n > span[0]:
+            total += lp
+        at += n
+    return total
+
+
+def signals(v: dict) -> dict[str, float]:
+    """Each signal of one scored reply (-inf where its answer is not found in it)."""
+    lps, lens = v["lps"], v["lens"]
+    spans = answer_spans(v["text"], v["key"])
+    low = sorted(lps)
+    return {"reply": sum(lps), "mean": sum(lps) / max(len(lps), 1), "min": low[0] if low else 0.0,
+            "low3": sum(low[:3]), "answer_first": span_sum(lens, lps, spans[0]) if spans else float("-inf"),
+            "answer_last": span_sum(lens, lps, spans[-1]) if spans else float("-inf")}
 
 
 async def voters_of(benchmark: str, split: str, limit: int, store: Path, cache: Path) -> list[dict]:
@@ -105,10 +107,10 @@ async def voters_of(benchmark: str, split: str, limit: int, store: Path, cache: 
                 pred = task.extract(text, item)
                 request = executor.request(agent, task.prompt(item), {}, spec, run_seed)
                 tokens = await scorer.token_logprobs(request, text)
+                used = result.tokens_by_agent[agent.name]
                 voters.append({"key": pred, "right": pred is not None and bool(task.check(pred, item)),
-                               "tokens": (result.tokens_by_agent[agent.name]["prompt"]
-                                         + result.tokens_by_agent[agent.name]["completion"]),
-                               **signals(tokens, text, pred)})
+                               "tokens": used["prompt"] + used["completion"], "text": text,
+                               "lps": [lp for _, lp in tokens], "lens": [len(t) for t, _ in tokens]})
             row = {"benchmark": benchmark, "item": item_id, "seed": seed, "voters": voters}
             with cache.open("a") as f:
                 f.write(json.dumps(row) + "\n")
@@ -158,6 +160,7 @@ def expected(rows: list[dict], signal: str, t: float) -> tuple[float, float, flo
 
 
 def table(name: str, rows: list[dict]) -> list[str]:
+    rows = [{**r, "voters": [{**v, **signals(v)} for v in r["voters"]]} for r in rows]
     voters = [v for r in rows for v in r["voters"]]
     never = float("inf")
     vote5 = expected(rows, "reply", never)  # no voter is ever sure: agree 2 of 5
