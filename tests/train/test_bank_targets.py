@@ -22,7 +22,7 @@ from lemon.train.batch import group_worker_seed
 from lemon.train.config import RewardConfig, WorkerConfig, load_train_config
 from lemon.train.rollout import RolloutSettings, draw_orders, score_group
 from lemon.train.tasks import TrainTask, load_train_tasks
-from lemon.train.verified import BANK_VOTERS, bank_candidates, bank_targets
+from lemon.train.verified import BANK_VOTERS, bank_candidates, bank_targets, benchmark_of, pooled_bank_targets
 from lemon.train.workers import worker_executor
 from tests.evalcall import evaluate_kw
 from tests.evaluation.test_cli import scripted_pool_yaml
@@ -133,3 +133,19 @@ async def test_permuted_draws_give_one_agent_the_share_of_orders_whose_first_dra
 
 async def test_no_team_ever_right_gives_no_example() -> None:
     assert await _targets(_voter_double(set())) == []
+
+
+async def test_the_pooled_teacher_teaches_each_benchmark_one_team_the_best_on_average() -> None:
+    # two tasks of one benchmark: on one every draw is right (one agent wins it alone), on the other 3 of 5 are
+    # (a vote wins it by far); pooled, the vote is the better team for both, and is taught on both
+    double = _voter_double({0, 1, 3})
+    easy = TrainTask(id="toy/easy", prompt="What is 2 + 2?", grade=lambda ans: True, vote_key=extract_number,
+                     bank_seed=BANK_SEED)
+    hard = _task()
+    per_task = [label for _, label, _ in (await bank_targets([easy, hard], _executor(double),
+                                                             reward=RewardConfig()))[0]]
+    pooled, won = await pooled_bank_targets([easy, hard], _executor(double), reward=RewardConfig())
+    assert per_task[0] == "cot" and per_task[1] != "cot"
+    labels = [label for _, label, _ in pooled]
+    assert labels == [per_task[1]] * 2 and won == {per_task[1]: 2}
+    assert benchmark_of(hard) == "toy"

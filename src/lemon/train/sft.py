@@ -211,7 +211,27 @@ async def _prompted(tasks: Sequence[TrainTask], s: SFTSettings,
 
 
 #: The SFT teachers: a new one is a function of (tasks, settings, progress) and an entry here.
-TEACHERS = {"prompted": _prompted, "library": library_examples, "bank": bank_examples}
+async def pooled_bank_examples(tasks: Sequence[TrainTask], s: SFTSettings,
+                               progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
+    """SFT examples from `verified.pooled_bank_targets`: per benchmark, the banked team with the best mean
+    expected reward, on every task it gets right."""
+    from lemon.llm.pools import load_pool
+    from lemon.train.config import load_train_config
+    from lemon.train.verified import pooled_bank_targets
+    from lemon.train.workers import worker_executor
+
+    cfg = load_train_config()
+    pool = load_pool(s.teacher_pool, cache=s.cache)
+    try:
+        targets, won = await pooled_bank_targets(tasks, worker_executor(pool, RoleLibrary.load(), cfg),
+                                                 reward=cfg.reward, progress=progress)
+    finally:
+        await pool.aclose()
+    return verified_sft_examples(targets, won)
+
+
+TEACHERS = {"prompted": _prompted, "library": library_examples, "bank": bank_examples,
+            "bank-pooled": pooled_bank_examples}
 
 
 async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,

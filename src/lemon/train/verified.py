@@ -119,6 +119,50 @@ async def bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward
                               always_right=False, phase="bank", progress=progress)
 
 
+async def pooled_bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward: RewardConfig,
+                              orders: int = TEACHER_ORDERS, progress: Progress | None = None
+                              ) -> tuple[list[tuple[TrainTask, str, Spec]], dict[str, int]]:
+    """Per benchmark, ONE of `BANK_TEAMS`: the highest MEAN expected reward over the benchmark's tasks (each team
+    over `orders` orders of every task's banked draws, as `bank_targets`), taught on every task it ever gets
+    right.
+
+    Why pooled: the per-task winner is the team to teach only if the policy can tell tasks apart. Ours cannot
+    yet: taught each task's winner (33 of 53 targets one agent), it wrote one agent everywhere after GRPO,
+    though on every benchmark of the mixture a stopping vote has the higher expected reward (GSM8K `train`,
+    24 orders: one agent 0.60, `agree 2 of 5` 0.73). What a policy that reads only the question should write
+    is the best team for the questions it cannot tell apart; the stop rule then adapts to each item at run
+    time (voters run track the item's difficulty)."""
+    level = executor.pool.level_names[-1]
+    settings = RolloutSettings(reward=user_pays(reward), cf_enabled=False, worker_samples=orders,
+                               permute_draws=BANK_VOTERS if orders > 1 else 0)
+    scored: list[tuple[TrainTask, list[tuple[str, Spec]], list[float], list[float]]] = []
+    for i, task in enumerate(tasks):
+        teams = bank_candidates(task.kind, executor.roles, level)
+        state = await score_group(executor, task, [render_spec(s).text for _, s in teams], roles=executor.roles,
+                                  settings=settings, seed=task.bank_seed)
+        samples = state.result.samples
+        scored.append((task, teams, [s.total_reward if s.valid else -1.0 for s in samples],
+                       [s.success if s.valid else 0.0 for s in samples]))
+        if progress is not None:
+            progress("bank", i + 1, len(tasks))
+    best: dict[str, int] = {}
+    for bench in {benchmark_of(t) for t, *_ in scored}:
+        rows = [r for t, _, r, _ in scored if benchmark_of(t) == bench]
+        best[bench] = max(range(len(rows[0])), key=lambda k: (sum(r[k] for r in rows), -k))
+    out, won = [], Counter[str]()
+    for task, teams, _, success in scored:
+        k = best[benchmark_of(task)]
+        won[teams[k][0] if success[k] > 0 else "none right"] += 1
+        if success[k] > 0:
+            out.append((task, teams[k][0], teams[k][1]))
+    return out, dict(won)
+
+
+def benchmark_of(task: TrainTask) -> str:
+    """The benchmark a task id names (`gsm8k/train/3` -> `gsm8k`)."""
+    return task.id.split("/", 1)[0]
+
+
 async def best_candidate(executor: Executor, task: TrainTask, candidates: Sequence[tuple[str, Spec]], *,
                          settings: RolloutSettings, seed: int, always_right: bool = True
                          ) -> tuple[str, Spec] | None:
