@@ -85,7 +85,7 @@ _NOT_METHOD_DISPATCH = {
     # `lemon run --orchestrator`: its one resolver (it moved there from cli/session.py), see report
     ("orchestrator/resolve.py", "template"), ("orchestrator/resolve.py", "prompted"),
     ("cli/train_cmds.py", "chain"), ("train/rollout.py", "chain"),  # --fixed-structure chain, a training ablation
-    ("evaluation/teams.py", "sc-cot"),  # the report's item difficulty is read off the store's 5-vote run
+    ("evaluation/bank.py", "sc-cot"),  # the sample bank's runs: the report's item difficulty, the bank teacher
 }
 _NAMES = {*BASELINES, "template", "prompted", "trained"}
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from lemon.evaluation.baselines import baseline_spec
 from lemon.evaluation.item import WORKER_SEEDS
-from lemon.evaluation.store import ResultsStore
+from lemon.evaluation.store import ResultsStore, RunInfo
 from lemon.spec.model import Spec, StopRule
 
 #: Voters per (item, seed) the bank holds.
@@ -28,6 +28,11 @@ def vote_team(kind: str, level: str, voters: int, rule: StopRule | None = None) 
     return spec.model_copy(update={"agents": (*spec.agents[:-1], vote)})
 
 
+def is_bank_run(run: RunInfo) -> bool:
+    """Whether `run` is a bank run: the 5-voter sc-cot, at any level and split."""
+    return run.method == "sc-cot" and run.config.get("n_agents") == BANK_VOTERS
+
+
 def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None = None,
               split: str = "test") -> tuple[set[tuple[str, int]], dict[str, object]]:
     """The (item, seed) pairs of `benchmark`'s `split` that the bank holds (its 5-voter sc-cot runs at
@@ -36,8 +41,8 @@ def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None
     keys: set[tuple[str, int]] = set()
     config: dict[str, object] | None = None
     for run in store.runs():
-        if ((run.benchmark, run.split, run.method, run.level) == (benchmark, split, "sc-cot", level)
-                and run.config.get("n_agents") == BANK_VOTERS and run.config.get("worker_seeds") == WORKER_SEEDS):
+        if (is_bank_run(run) and (run.benchmark, run.split, run.level) == (benchmark, split, level)
+                and run.config.get("worker_seeds") == WORKER_SEEDS):
             keys |= {k for k in store.done_keys(run.run_id) if seeds is None or k[1] < seeds}
             config = run.config
     if config is None:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from lemon.benchmarks.base import Item
 from lemon.benchmarks.registry import get_benchmark
+from lemon.evaluation.bank import is_bank_run
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.spec.model import Spec
 from lemon.spec.render import render_stop
@@ -50,8 +51,8 @@ def agents_run(row: ItemRow) -> int:
 def voters_wrong(store: ResultsStore, run: RunInfo) -> dict[Key, int]:
     """Per (item, seed): how many of the 5 voters of the store's 5-vote sc-cot run (same benchmark, split and
     pool) were wrong on their own; empty when the store holds no such run."""
-    candidates = [r for r in store.runs() if (r.benchmark, r.split, r.pool, r.method) ==
-                  (run.benchmark, run.split, run.pool, "sc-cot") and r.config.get("n_agents") == 5]
+    candidates = [r for r in store.runs() if is_bank_run(r) and
+                  (r.benchmark, r.split, r.pool) == (run.benchmark, run.split, run.pool)]
     if not candidates or get_benchmark(run.benchmark).kind == "code":  # code is judged by tests, not a gold
         return {}
     reference = max(candidates, key=lambda r: store.count(r.run_id))  # the bank's run, not an abandoned one
