@@ -55,9 +55,8 @@ def sft_cmd(
                                               "from the default team and the baselines at every level (no "
                                               "model call); bank: per task the best of the teams a "
                                               "sample bank answers (one CoT agent, votes of 3 and 5, stopping "
-                                              "votes), at the strongest level; bank-pooled: per "
-                                              "benchmark the one of those teams with the best mean "
-                                              "expected reward.")] = "prompted",
+                                              "votes), at the strongest level; bank-pooled: per benchmark "
+                                              "the one with the best mean expected reward.")] = "prompted",
     policy: Annotated[str | None, typer.Option(help="Policy to fine-tune (HF dir); default SmolLM2-135M.")] = None,
     limit: Annotated[int, opt("limit", help="The first N training-split items (of each benchmark in a "
                                "mixture): the teacher writes their specs.")] = 200,
