@@ -244,7 +244,6 @@ def reply_token_logprobs(scores: Any, prompt_len: int, answer: list[int]) -> lis
     return out
 
 
-
 def verified_model_file(model: str, sha256: str | None) -> Path:
     """The verified GGUF of an embedded level: a pinned model id (assembled and checked), or a .gguf path
     checked against its sha256 when one is given. In process or served (`serve.py`), the same file."""

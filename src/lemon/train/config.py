@@ -123,7 +123,8 @@ class WorkerConfig(_Strict):
     # `bank` = the seed `lemon eval --seeds 1` gives the item: every vote or stop-rule team over the voters a
     # sample bank holds (experiments/adaptive_cpu.sh train-bank) is answered from the LLM cache, exactly.
     seeds: Literal["task", "step", "bank"] = "step"
-    # Draws of each role the sample bank holds (experiments/adaptive_cpu.sh banks 5 voters). With `seeds: bank`,
+    # Draws of each role the sample bank holds (`lemon.evaluation.bank.BANK_VOTERS`, not imported: config stays
+    # light). With `seeds: bank`,
     # `samples` > 1 re-runs each spec with these draws in other orders, not under fresh seeds: a team's
     # success becomes nearly its EXPECTED success on the item (cot: the share of right draws), at no worker
     # call, where one draw order says only whether its first voter was lucky.

@@ -21,6 +21,7 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -173,20 +174,22 @@ async def verified_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
     return verified_sft_examples(targets, won)
 
 
-async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings,
-                        progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
-    """SFT examples from `verified.bank_targets`: the best banked team per task, no worker call where the sample
-    bank (`experiments/adaptive_cpu.sh train-bank`) holds the task."""
+async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings, progress: Progress | None = None, *,
+                        pooled: bool = False) -> tuple[list[SFTExample], dict[str, int]]:
+    """SFT examples from `verified.bank_targets` (the best banked team per task) or, `pooled`,
+    `verified.pooled_bank_targets` (per benchmark); no worker call where the sample bank
+    (`experiments/adaptive_cpu.sh train-bank`) holds the task."""
     from lemon.llm.pools import load_pool
     from lemon.train.config import load_train_config
-    from lemon.train.verified import bank_targets
+    from lemon.train.verified import bank_targets, pooled_bank_targets
     from lemon.train.workers import worker_executor
 
     cfg = load_train_config()
     pool = load_pool(s.teacher_pool, cache=s.cache)
+    targets_of = pooled_bank_targets if pooled else bank_targets
     try:
-        targets, won = await bank_targets(tasks, worker_executor(pool, RoleLibrary.load(), cfg), reward=cfg.reward,
-                                          progress=progress)
+        targets, won = await targets_of(tasks, worker_executor(pool, RoleLibrary.load(), cfg), reward=cfg.reward,
+                                        progress=progress)
     finally:
         await pool.aclose()
     return verified_sft_examples(targets, won)
@@ -211,27 +214,8 @@ async def _prompted(tasks: Sequence[TrainTask], s: SFTSettings,
 
 
 #: The SFT teachers: a new one is a function of (tasks, settings, progress) and an entry here.
-async def pooled_bank_examples(tasks: Sequence[TrainTask], s: SFTSettings,
-                               progress: Progress | None = None) -> tuple[list[SFTExample], dict[str, int]]:
-    """SFT examples from `verified.pooled_bank_targets`: per benchmark, the banked team with the best mean
-    expected reward, on every task it gets right."""
-    from lemon.llm.pools import load_pool
-    from lemon.train.config import load_train_config
-    from lemon.train.verified import pooled_bank_targets
-    from lemon.train.workers import worker_executor
-
-    cfg = load_train_config()
-    pool = load_pool(s.teacher_pool, cache=s.cache)
-    try:
-        targets, won = await pooled_bank_targets(tasks, worker_executor(pool, RoleLibrary.load(), cfg),
-                                                 reward=cfg.reward, progress=progress)
-    finally:
-        await pool.aclose()
-    return verified_sft_examples(targets, won)
-
-
 TEACHERS = {"prompted": _prompted, "library": library_examples, "bank": bank_examples,
-            "bank-pooled": pooled_bank_examples}
+            "bank-pooled": partial(bank_examples, pooled=True)}
 
 
 async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,

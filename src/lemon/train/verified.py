@@ -96,6 +96,12 @@ def user_pays(reward: RewardConfig) -> RewardConfig:
 TEACHER_ORDERS = 24
 
 
+def bank_settings(reward: RewardConfig, orders: int) -> RolloutSettings:
+    """How the bank teachers score a team: what a user pays (`user_pays`), over `orders` orders of the draws."""
+    return RolloutSettings(reward=user_pays(reward), cf_enabled=False, worker_samples=orders,
+                           permute_draws=BANK_VOTERS if orders > 1 else 0)
+
+
 async def bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward: RewardConfig,
                        orders: int = TEACHER_ORDERS, progress: Progress | None = None
                        ) -> tuple[list[tuple[TrainTask, str, Spec]], dict[str, int]]:
@@ -113,8 +119,7 @@ async def bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward
     async def candidates(task: TrainTask) -> list[tuple[str, Spec]]:
         return fixed.setdefault(task.kind, bank_candidates(task.kind, executor.roles, level))
 
-    settings = RolloutSettings(reward=user_pays(reward), cf_enabled=False, worker_samples=orders,
-                               permute_draws=BANK_VOTERS if orders > 1 else 0)
+    settings = bank_settings(reward, orders)
     return await pick_targets(tasks, executor, candidates, lambda task: task.bank_seed, settings=settings,
                               always_right=False, phase="bank", progress=progress)
 
@@ -133,11 +138,11 @@ async def pooled_bank_targets(tasks: Sequence[TrainTask], executor: Executor, *,
     is the best team for the questions it cannot tell apart; the stop rule then adapts to each item at run
     time (voters run track the item's difficulty)."""
     level = executor.pool.level_names[-1]
-    settings = RolloutSettings(reward=user_pays(reward), cf_enabled=False, worker_samples=orders,
-                               permute_draws=BANK_VOTERS if orders > 1 else 0)
+    settings = bank_settings(reward, orders)
     scored: list[tuple[TrainTask, list[tuple[str, Spec]], list[float], list[float]]] = []
+    fixed: dict[str, list[tuple[str, Spec]]] = {}
     for i, task in enumerate(tasks):
-        teams = bank_candidates(task.kind, executor.roles, level)
+        teams = fixed.setdefault(task.kind, bank_candidates(task.kind, executor.roles, level))
         state = await score_group(executor, task, [render_spec(s).text for _, s in teams], roles=executor.roles,
                                   settings=settings, seed=task.bank_seed)
         samples = state.result.samples
