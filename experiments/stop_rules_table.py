@@ -46,6 +46,7 @@ TEAMS: dict[str, tuple[int, StopRule | None]] = {
     "sc-cot 3": (3, None),
     "sc-cot 5": (5, None),
     "agree 2 of 3": (3, StopRule(agree=2)),
+    "agree 2 of 4": (4, StopRule(agree=2)),
     "agree 2 of 5 (esc)": (5, StopRule(agree=2)),
     "agree 3 of 5": (5, StopRule(agree=3)),
     "confidence 0.8 of 5": (5, StopRule(confidence=0.8)),
@@ -141,8 +142,8 @@ def reward(o: Outcome) -> str:
 def paired(a: Outcome, b: Outcome) -> str:
     if any(v not in (0.0, 1.0) for o in (a, b) for v in o.correct.values()):
         return "—"  # shares over draw orders: no paired test
-    only_a = sum(a.correct[k] and not b.correct[k] for k in a.correct)
-    only_b = sum(b.correct[k] and not a.correct[k] for k in a.correct)
+    only_a = sum(bool(a.correct[k]) and not b.correct[k] for k in a.correct)
+    only_b = sum(bool(b.correct[k]) and not a.correct[k] for k in a.correct)
     return f"{only_a}/{only_b}, p = {mcnemar_exact(only_a, only_b):.2g}"
 
 
