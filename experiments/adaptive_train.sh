@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Issue 24's training and held-out evaluation on the 2-core CPU, in resumable stages, on top of the sample bank
 # of experiments/adaptive_cpu.sh (stage `train-bank` for training, `bank` for the test items).
-#   1. sft: `lemon sft --teacher bank` on the mixture's TRAIN items: per item the cheapest banked team that was
-#      right (one CoT agent, a stopping vote, a 3- or 5-vote), written in the `copies` short form, so the data
-#      says the team depends on the item. No worker call where the bank holds the item.
+#   1. sft: `lemon sft --teacher bank` (TEACHER; bank-pooled: one team per benchmark) on the mixture's TRAIN
+#      items: per item the banked team of the best expected reward (one CoT agent, a stopping vote, a 3- or
+#      5-vote), written in the `copies` short form, so the data says the team depends on the item. No worker
+#      call where the bank holds the item. PROMPT=terse asks the policy with the task alone (its own tokens
+#      are cost: issue 24).
 #   2. train: GRPO from that policy, arms `cf` (counterfactual credit on the stop rule, the number of copies and
 #      the level) and `global` (no counterfactuals), each under TRAIN_SEEDS, config experiments/adaptive_train.yaml
 #      (workers.seeds: bank, orchestrator tokens counted in the reward).
@@ -13,6 +15,7 @@
 # Every stage resumes: SFT is skipped once sft.json exists, training continues from its checkpoint, evaluation
 # from the store. Train and test are disjoint by construction (train vs test splits).
 # Usage: LEMON_DATA_DIR=../shared/data [STEPS=30] [N_TRAIN=40] [LIMIT=60] [SEEDS=2] [TRAIN_SEEDS="0 1"]
+#        [TEACHER=bank|bank-pooled] [PROMPT=full|terse] [N_EVAL=2] [EPOCHS=3]
 #        [ARMS="cf global"] [BENCHES="svamp gsm8k"] [STAGES="sft train eval report"] [STORE=...] [POOL=cpu]
 #        bash experiments/adaptive_train.sh [RUNS_DIR]
 set -euo pipefail
@@ -28,8 +31,8 @@ git -C "$here" rev-parse HEAD > "$runs/commit.txt" 2>/dev/null || true
 has() { [[ " $stages " == *" $1 "* ]]; }
 
 if has sft && [ ! -f "$runs/sft/sft.json" ]; then
-  lemon sft --out "$runs/sft" --teacher bank --teacher-pool "$pool" --benchmark "$mix" --limit "${N_TRAIN:-40}" \
-    --n-eval "${N_EVAL:-2}" --epochs "${EPOCHS:-3}" --seed 0
+  lemon sft --out "$runs/sft" --teacher "${TEACHER:-bank}" --prompt "${PROMPT:-full}" --teacher-pool "$pool" \
+    --benchmark "$mix" --limit "${N_TRAIN:-40}" --n-eval "${N_EVAL:-2}" --epochs "${EPOCHS:-3}" --seed 0
 fi
 
 arms=()

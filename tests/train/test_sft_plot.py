@@ -60,6 +60,7 @@ def test_plot_overlays_several_runs_one_colour_per_run(tmp_path: Path) -> None:
 
 @pytest.mark.train
 async def test_run_sft_with_given_examples(tmp_path: Path, policy_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lemon.orchestrator.policy_prompt import read_prompt_style
     from lemon.spec.model import Agent, Spec
     from lemon.spec.render import render_spec
     from lemon.train.sft import SFTExample, SFTSettings, run_sft
@@ -69,9 +70,11 @@ async def test_run_sft_with_given_examples(tmp_path: Path, policy_dir: Path, mon
                 output="solver")
     examples = [SFTExample(f"x{i}", f"What is {i} + 1?", render_spec(spec).text, "model", None) for i in range(2)]
     s = SFTSettings(out_dir=tmp_path / "sft", policy=str(policy_dir), n_train=2, n_eval=2, epochs=1,
-                    batch_size=2, data_dir=str(find_data_dir()), max_new_tokens=16, eval_before=False)
+                    batch_size=2, data_dir=str(find_data_dir()), max_new_tokens=16, eval_before=False,
+                    prompt="terse")
     report = await run_sft(s, examples=examples)
     assert report["n_examples"] == 2 and report["n_eval"] == 2
+    assert read_prompt_style(tmp_path / "sft" / "model") == "terse"  # trained on it, so asked with it
     assert 0.0 <= report["valid_rate_after"] <= 1.0 and report["valid_rate_before"] is None
     assert (tmp_path / "sft" / "model" / "config.json").is_file()
     saved = json.loads((tmp_path / "sft" / "sft.json").read_text())

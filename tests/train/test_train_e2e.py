@@ -2,7 +2,9 @@
 
 The untrained policy almost never writes a valid spec, which would leave execution and counterfactuals
 untested; so the policy is first given a few seconds of SFT on canonical specs (`finetune`, the same code
-`lemon sft` uses). Settings are the smallest that still exercise everything: 2 tasks, group 2, 96 tokens.
+`lemon sft` uses), on the terse prompt: the trainer must ask it the way it was tuned and record that in every
+checkpoint and the final policy. Settings are the smallest that still exercise everything: 2 tasks, group 2,
+96 tokens.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ TEAM = Spec(agents=(
 @pytest.fixture(scope="module")
 def warm_policy(tmp_path_factory: pytest.TempPathFactory, policy_dir: Path) -> Path:
     from lemon.benchmarks.registry import BENCHMARKS, load_split
+    from lemon.orchestrator.policy_prompt import write_prompt_style
     from lemon.spec.roles import RoleLibrary
     from lemon.train.policy import load_policy
     from lemon.train.sft import SFTExample, finetune
@@ -38,11 +41,13 @@ def warm_policy(tmp_path_factory: pytest.TempPathFactory, policy_dir: Path) -> P
     bench = BENCHMARKS["gsm8k"]
     examples = [SFTExample(it.id, bench.prompt(it), render_spec(TEAM).text, "model", None) for it in items]
     model, tok = load_policy(str(policy_dir))
-    finetune(model, tok, examples, RoleLibrary.load(), ("small", "medium", "large"), epochs=3, lr=1e-4,
-             batch_size=4, seed=0)
+    # 6 epochs, not 3: the terse prompt has no example to copy the format from
+    finetune(model, tok, examples, RoleLibrary.load(), ("small", "medium", "large"), epochs=6, lr=1e-4,
+             batch_size=4, seed=0, style="terse")
     out = tmp_path_factory.mktemp("warm") / "policy"
     model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
+    write_prompt_style(out, "terse")
     return out
 
 
@@ -75,6 +80,9 @@ def test_two_steps_then_resume(tmp_path: Path, warm_policy: Path, monkeypatch: p
     ckpt = run / "checkpoints" / "step-000002"
     assert (ckpt / "COMPLETE").is_file() and (ckpt / "optimizer.pt").is_file()
     assert (run / "final" / "config.json").is_file()
+    from lemon.orchestrator.policy_prompt import read_prompt_style
+
+    assert read_prompt_style(ckpt) == read_prompt_style(run / "final") == "terse"  # asked as it was tuned
 
     # Starting again without --resume is refused; --resume continues from step 2 to 3.
     from typer.testing import CliRunner

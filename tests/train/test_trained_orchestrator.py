@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from lemon.errors import ModelFileError
-from lemon.orchestrator.policy_prompt import policy_messages, strict_spec
+from lemon.orchestrator.policy_prompt import (
+    POLICY_META,
+    policy_messages,
+    read_prompt_style,
+    strict_spec,
+    write_prompt_style,
+)
 from lemon.orchestrator.trained import TrainedOrchestrator, resolve_policy_path
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -51,3 +57,53 @@ async def test_hf_policy_proposes_through_the_interface(policy_dir: Path) -> Non
     assert proposal.source in ("model", "repaired", "fallback")
     assert proposal.completion_tokens <= 24 and proposal.prompt_tokens > 50
     assert proposal.spec.agents and proposal.extra["policy"] == str(policy_dir)
+
+
+def test_the_terse_prompt_is_the_task_alone_and_shorter() -> None:
+    """Issue 24 counts the orchestrator's own tokens: a fine-tuned policy needs neither the role list nor the
+    example, so the terse prompt carries the task and one line, and nothing of the full prompt's library."""
+    task = "Tom has 2 apples and buys 3 more. How many apples does he have?"
+    full = policy_messages(task, ROLES, ("low", "mid", "high"))
+    terse = policy_messages(f"  {task}  ", ROLES, ("low", "mid", "high"), "terse")
+    assert terse[1]["content"] == task
+    assert "math_solver" not in terse[0]["content"] + terse[1]["content"]
+    assert len("".join(m["content"] for m in terse)) < len("".join(m["content"] for m in full)) / 3
+    with pytest.raises(ValueError, match="unknown policy prompt"):
+        policy_messages(task, ROLES, ("low",), "chatty")
+
+
+def test_a_policy_records_its_prompt_style_beside_its_weights(tmp_path: Path) -> None:
+    """Written by every save, read by inference; a policy without the record was trained on the full prompt,
+    and a broken record is one line naming the file and the fix."""
+    assert read_prompt_style(tmp_path) == "full"
+    write_prompt_style(tmp_path, "full")
+    assert not (tmp_path / POLICY_META).exists()  # the default leaves no file behind
+    write_prompt_style(tmp_path, "terse")
+    assert read_prompt_style(tmp_path) == "terse"
+    gguf = tmp_path / "policy.gguf"
+    write_prompt_style(gguf, "terse")  # beside a .gguf file: its own record
+    assert (tmp_path / f"policy.{POLICY_META}").is_file() and read_prompt_style(gguf) == "terse"
+    (tmp_path / POLICY_META).write_text('{"prompt": "chatty"}')
+    with pytest.raises(ModelFileError, match="unknown prompt style 'chatty'"):
+        read_prompt_style(tmp_path)
+    (tmp_path / POLICY_META).write_text("not json")
+    with pytest.raises(ModelFileError, match="delete it to use the full prompt") as exc:
+        read_prompt_style(tmp_path)
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.train
+async def test_a_terse_policy_is_asked_with_the_terse_prompt(tmp_path: Path, policy_dir: Path) -> None:
+    """The prompt a policy was fine-tuned on is the one inference uses: the record beside the weights picks
+    it, and the proposal's prompt tokens show it (the full prompt of the same task is several times longer)."""
+    import shutil
+
+    task = "Tom has 2 apples and buys 3 more. How many apples does he have?"
+    full = await TrainedOrchestrator(policy_dir, ROLES, LEVELS, max_new_tokens=4).propose(task)
+    terse_dir = tmp_path / "terse"
+    shutil.copytree(policy_dir, terse_dir)
+    write_prompt_style(terse_dir, "terse")
+    orch = TrainedOrchestrator(terse_dir, ROLES, LEVELS, max_new_tokens=4)
+    terse = await orch.propose(task)
+    assert orch.prompt_style == "terse"
+    assert terse.prompt_tokens * 3 < full.prompt_tokens

@@ -28,6 +28,13 @@ ServeWorkersOpt = Annotated[bool | None, typer.Option(
     "served whenever torch uses a GPU (a CUDA llama.cpp cannot share its process).")]
 
 
+TEACHER_HELP = ("prompted: the prompted orchestrator at --teacher-level writes each target; library: one fixed "
+                "team per task, drawn uniformly from the default team and the baselines at every level (no model "
+                "call); bank: per task the best of the teams a sample bank answers (one CoT agent, votes of 3 and "
+                "5, stopping votes), at the strongest level; bank-pooled: per benchmark the one with the best mean "
+                "expected reward.")
+
+
 def _need_train_extra() -> None:
     try:
         import torch  # noqa: F401
@@ -50,13 +57,9 @@ def sft_cmd(
         help="Benchmark whose TRAIN split supplies the tasks, or a mixture: gsm8k,svamp,multiarith.")] = "gsm8k",
     teacher_pool: Annotated[str, typer.Option(help="Pool of the teacher: cpu, tiny or a pool YAML.")] = DEFAULT_POOL,
     teacher_level: Annotated[str, typer.Option(help="Teacher's level in that pool.")] = "large",
-    teacher: Annotated[str, typer.Option(help="prompted: the prompted orchestrator at --teacher-level writes "
-                                              "each target; library: one fixed team per task, drawn uniformly "
-                                              "from the default team and the baselines at every level (no "
-                                              "model call); bank: per task the best of the teams a "
-                                              "sample bank answers (one CoT agent, votes of 3 and 5, stopping "
-                                              "votes), at the strongest level; bank-pooled: per benchmark "
-                                              "the one with the best mean expected reward.")] = "prompted",
+    teacher: Annotated[str, typer.Option(help=TEACHER_HELP)] = "prompted",
+    prompt: Annotated[str, typer.Option(help="The policy's prompt: full (roles, levels and an example) or "
+                                             "terse (the task alone, ~40 % of the tokens).")] = "full",
     policy: Annotated[str | None, typer.Option(help="Policy to fine-tune (HF dir); default SmolLM2-135M.")] = None,
     limit: Annotated[int, opt("limit", help="The first N training-split items (of each benchmark in a "
                                "mixture): the teacher writes their specs.")] = 200,
@@ -88,7 +91,7 @@ def sft_cmd(
                            epochs=epochs, lr=lr, batch_size=batch_size, require_correct=require_correct,
                            data_dir=str(data_dir) if data_dir else None, seed=seed,
                            max_new_tokens=policy_max_tokens, cache=not no_cache, threads=threads, lora=lora,
-                           verified=verified, teacher=teacher, serve_workers=serve_workers)
+                           verified=verified, teacher=teacher, serve_workers=serve_workers, prompt=prompt)
     with _progress(err_console) as bar:
         ids: dict[str, Any] = {}
 

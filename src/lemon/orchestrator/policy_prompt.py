@@ -8,18 +8,27 @@ validates as written (no repair): that is the "valid-spec rate" the training rep
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
-from lemon.errors import SpecError
+from lemon.errors import ModelFileError, SpecError
 from lemon.orchestrator.repair import extract_object_text
 from lemon.spec.model import Spec
 from lemon.spec.parse import parse_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
 from lemon.yamlfile import load_yaml
+
+#: The prompt styles of `prompts/policy.yaml`: `full` names the roles and levels and shows an example (what a
+#: policy needs before it has learned the format); `terse` is the task alone (what a fine-tuned policy needs,
+#: at ~40 % of the tokens on GSM8K).
+PROMPT_STYLES = ("full", "terse")
+#: Beside a policy's weights (or its .gguf file, as `<name>.lemon-policy.json`): the style it was trained with.
+POLICY_META = "lemon-policy.json"
 
 
 @dataclass(frozen=True)
@@ -30,16 +39,49 @@ class PolicyTemplates:
 
 
 @cache
-def policy_templates() -> PolicyTemplates:
-    """The packaged template (`prompts/policy.yaml`); immutable, so caching it is safe."""
+def policy_templates(style: str = "full") -> PolicyTemplates:
+    """The packaged template of `style` (`prompts/policy.yaml`); immutable, so caching it is safe."""
     text = (resources.files("lemon.orchestrator") / "prompts" / "policy.yaml").read_text("utf-8")
     data = load_yaml(text)
-    return PolicyTemplates(data["system"].strip(), data["user"], data["example"].rstrip("\n"))
+    if style == "full":
+        return PolicyTemplates(data["system"].strip(), data["user"], data["example"].rstrip("\n"))
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"unknown policy prompt {style!r}; use one of {', '.join(PROMPT_STYLES)}")
+    return PolicyTemplates(data[style]["system"].strip(), data[style]["user"], "")
 
 
-def policy_messages(task: str, roles: RoleLibrary, levels: Sequence[str]) -> list[dict[str, str]]:
+def _meta_path(policy: Path) -> Path:
+    return policy / POLICY_META if policy.is_dir() else policy.with_name(f"{policy.stem}.{POLICY_META}")
+
+
+def read_prompt_style(policy: Path) -> str:
+    """The prompt style a policy (model directory or .gguf file) was trained with; `full` when it records none
+    (every policy trained before styles existed was trained on it)."""
+    meta = _meta_path(policy)
+    if not meta.is_file():
+        return "full"
+    try:
+        style = json.loads(meta.read_text(encoding="utf-8")).get("prompt", "full")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ModelFileError(f"{meta} is not a JSON object with a prompt style ({exc}); delete it to use the "
+                             "full prompt, or write {\"prompt\": \"terse\"}") from exc
+    if style not in PROMPT_STYLES:
+        raise ModelFileError(f"{meta}: unknown prompt style {style!r}; use one of {', '.join(PROMPT_STYLES)}")
+    return str(style)
+
+
+def write_prompt_style(policy: Path, style: str) -> None:
+    """Record beside a saved policy the prompt style it was trained with (nothing for `full`, the default)."""
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"unknown policy prompt {style!r}; use one of {', '.join(PROMPT_STYLES)}")
+    if style != "full":
+        _meta_path(policy).write_text(json.dumps({"prompt": style}) + "\n", encoding="utf-8")
+
+
+def policy_messages(task: str, roles: RoleLibrary, levels: Sequence[str],
+                    style: str = "full") -> list[dict[str, str]]:
     """Chat messages (HF `apply_chat_template` format) asking the policy for a spec for `task`."""
-    t = policy_templates()
+    t = policy_templates(style)
     # The example names the weakest and strongest levels; map them onto this pool's names.
     example = t.example.replace("capacity: small", f"capacity: {levels[0]}").replace(
         "capacity: large", f"capacity: {levels[-1]}")

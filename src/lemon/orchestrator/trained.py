@@ -21,7 +21,7 @@ from lemon.errors import ModelFileError
 from lemon.llm.base import ChatRequest, GenParams, Message
 from lemon.llm.hf import HFChatGenerator
 from lemon.orchestrator.base import Proposal
-from lemon.orchestrator.policy_prompt import policy_messages
+from lemon.orchestrator.policy_prompt import policy_messages, read_prompt_style
 from lemon.orchestrator.repair import spec_from_output
 from lemon.runtime.budget import prompt_token_bound
 from lemon.spec.roles import RoleLibrary
@@ -63,6 +63,7 @@ class TrainedOrchestrator:
         self.levels = tuple(levels)
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
+        self.prompt_style = read_prompt_style(self.path)  # the prompt it was trained on
         self._gguf: Any = None
         self._hf: HFChatGenerator | None = None
         # Greedy decoding writes one spec per task whatever the seed: an evaluation over several seeds asks
@@ -77,7 +78,7 @@ class TrainedOrchestrator:
 
     def token_bound(self, task: str) -> int:
         """A bound on the prompt's tokens plus the generation limit."""
-        messages = policy_messages(task, self.roles, self.levels)
+        messages = policy_messages(task, self.roles, self.levels, self.prompt_style)
         return (prompt_token_bound([Message(m["role"], m["content"]) for m in messages])  # type: ignore[arg-type]
                 + self.max_new_tokens)
 
@@ -89,7 +90,7 @@ class TrainedOrchestrator:
         return self._greedy[task]
 
     async def _generate(self, task: str, seed: int) -> tuple[str, int, int]:
-        messages = policy_messages(task, self.roles, self.levels)
+        messages = policy_messages(task, self.roles, self.levels, self.prompt_style)
         if self._gguf is not None:
             req = ChatRequest(tuple(Message(m["role"], m["content"]) for m in messages),  # type: ignore[arg-type]
                               GenParams(temperature=self.temperature, max_tokens=self.max_new_tokens,

@@ -67,7 +67,7 @@ def gathered_copy(policy: HFPolicy, weights: dict[str, torch.Tensor]) -> HFPolic
             model = get_peft_model(model, live.peft_config["default"])
     model.load_state_dict(weights, assign=True)
     model.tie_weights()
-    return HFPolicy(model, policy.tokenizer)
+    return HFPolicy(model, policy.tokenizer, prompt_style=policy.prompt_style)
 
 
 def export_final(policy: HFPolicy | PolicyHandle, target: Path,
@@ -81,7 +81,8 @@ def export_final(policy: HFPolicy | PolicyHandle, target: Path,
         policy = gathered_copy(policy, weights)
     model = policy.model
     if hasattr(model, "merge_and_unload"):
-        policy = HFPolicy(copy.deepcopy(model).merge_and_unload(), policy.tokenizer)  # type: ignore[union-attr]
+        policy = HFPolicy(copy.deepcopy(model).merge_and_unload(), policy.tokenizer,  # type: ignore[union-attr]
+                          prompt_style=policy.prompt_style)
     policy.save(tmp)
     if target.exists():
         shutil.rmtree(target)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from lemon.errors import LemonError
+from lemon.orchestrator.policy_prompt import read_prompt_style, write_prompt_style
 
 SCRIPT = "convert_hf_to_gguf.py"
 ENV = "LEMON_CONVERT_HF_TO_GGUF"
@@ -63,4 +64,5 @@ def export_gguf(hf_dir: Path, out: Path, *, outtype: str = "q8_0", converter: st
         last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise LemonError(f"{SCRIPT} failed (exit {proc.returncode}): {last[0][:300]}")
     os.replace(tmp, out)
+    write_prompt_style(out, read_prompt_style(hf_dir))  # the .gguf is asked the way its weights were trained
     return out

@@ -44,7 +44,7 @@ import torch
 
 from lemon.errors import ConfigError, LemonError
 from lemon.llm.serve import workers_for
-from lemon.orchestrator.policy_prompt import policy_messages
+from lemon.orchestrator.policy_prompt import policy_messages, read_prompt_style
 from lemon.runtime import Executor
 from lemon.seeds import stable_seed
 from lemon.spec.roles import RoleLibrary
@@ -108,7 +108,8 @@ class Trainer:
     def generate(self, step: int, chosen: Sequence[TrainTask]) -> list[list[Completion]]:
         g = self.cfg.group.group_size
         levels = self.executor.pool.level_names
-        prompts = [self.policy.prompt_ids(policy_messages(t.prompt, self.roles, levels)) for t in chosen]
+        style = self.policy.prompt_style
+        prompts = [self.policy.prompt_ids(policy_messages(t.prompt, self.roles, levels, style)) for t in chosen]
         comps = self.policy.sample([p for p in prompts for _ in range(g)],
                                    max_new_tokens=self.cfg.rollout.max_new_tokens,
                                    temperature=self.cfg.rollout.temperature, seed=self._seed("generate", step))
@@ -224,7 +225,14 @@ def _load_policy(s: TrainSettings, cfg: TrainConfig, checkpoint: Path | None, *,
             frozen, _ = load_policy(s.policy, dtype=frozen_dtype, device=device)
             frozen.eval().requires_grad_(False)
         reference = Reference(model, frozen)
-    return HFPolicy(model, tok), reference
+    return HFPolicy(model, tok, prompt_style=_prompt_style(s, checkpoint)), reference
+
+
+def _prompt_style(s: TrainSettings, checkpoint: Path | None) -> str:
+    """The prompt the loaded policy was trained on: its checkpoint's, else its directory's (a named or hub
+    policy was never fine-tuned by LEMON: the full prompt)."""
+    source = checkpoint if checkpoint is not None else Path(s.policy).expanduser() if s.policy else None
+    return read_prompt_style(source) if source is not None and source.exists() else "full"
 
 
 def enable_checkpointing(model: torch.nn.Module) -> None:

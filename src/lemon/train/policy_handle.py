@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
+from lemon.orchestrator.policy_prompt import write_prompt_style
 from lemon.train.generation import Completion, chat_prompt_ids, generate, score_completions
 from lemon.train.token_spans import first_divergence
 
@@ -23,6 +24,7 @@ from lemon.train.token_spans import first_divergence
 class PolicyHandle(Protocol):
     model: Any          # a torch module whose forward `batch_logprobs` can call
     pad_id: int
+    prompt_style: str   # the policy prompt it is asked with (`policy_prompt.PROMPT_STYLES`)
 
     def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]: ...
 
@@ -45,6 +47,7 @@ class HFPolicy:
     model: Any
     tokenizer: Any
     synced_gpus: bool = False  # FSDP: every process steps generation until all are done (sharded forwards)
+    prompt_style: str = "full"  # recorded beside every save, so inference asks it the same way
 
     @property
     def pad_id(self) -> int:
@@ -71,6 +74,7 @@ class HFPolicy:
         extra = {} if state is None else {"state_dict": state}
         self.model.save_pretrained(str(target), safe_serialization=True, **extra)
         self.tokenizer.save_pretrained(str(target))
+        write_prompt_style(target, self.prompt_style)
 
 
 class Reference:

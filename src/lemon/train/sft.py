@@ -29,7 +29,7 @@ import torch
 
 from lemon.errors import LemonError
 from lemon.llm.serve import workers_for
-from lemon.orchestrator.policy_prompt import policy_messages, strict_spec
+from lemon.orchestrator.policy_prompt import PROMPT_STYLES, policy_messages, strict_spec, write_prompt_style
 from lemon.spec.model import Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -74,6 +74,9 @@ class SFTSettings:
     # The teacher pool's models in their own server processes (`lemon.llm.serve`); None: whenever torch
     # uses a GPU, where a CUDA llama.cpp in the same process crashes it.
     serve_workers: bool | None = None
+    # The policy prompt (`policy_prompt.PROMPT_STYLES`): `terse` asks with the task alone, so the trained
+    # orchestrator reads ~40 % of the tokens per task; recorded beside the saved model.
+    prompt: str = "full"
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,10 @@ class ValidReport:
 
 
 def valid_rate(model: Any, tokenizer: Any, tasks: Sequence[TrainTask], roles: RoleLibrary,
-               levels: Sequence[str], *, max_new_tokens: int = 256, batch_size: int = 8) -> ValidReport:
+               levels: Sequence[str], *, max_new_tokens: int = 256, batch_size: int = 8,
+               style: str = "full") -> ValidReport:
     """Fraction of tasks for which the policy's greedy, unconstrained output is a valid spec as written."""
-    prompts = [chat_prompt_ids(tokenizer, policy_messages(t.prompt, roles, levels)) for t in tasks]
+    prompts = [chat_prompt_ids(tokenizer, policy_messages(t.prompt, roles, levels, style)) for t in tasks]
     comps = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=0.0,
                      batch_size=batch_size)
     errors: dict[str, str] = {}
@@ -230,10 +234,10 @@ async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
 
 def finetune(model: Any, tokenizer: Any, examples: Sequence[SFTExample], roles: RoleLibrary,
              levels: Sequence[str], *, epochs: int, lr: float, batch_size: int, seed: int,
-             progress: Progress | None = None) -> list[float]:
+             progress: Progress | None = None, style: str = "full") -> list[float]:
     """Cross-entropy on the completion tokens only (target text + EOS); returns the mean loss per epoch."""
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos_ids(model, tokenizer))
-    data = [(chat_prompt_ids(tokenizer, policy_messages(e.prompt, roles, levels)),
+    data = [(chat_prompt_ids(tokenizer, policy_messages(e.prompt, roles, levels, style)),
              [*list(tokenizer(e.target, add_special_tokens=False)["input_ids"]), eos]) for e in examples]
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -266,12 +270,13 @@ def finetune(model: Any, tokenizer: Any, examples: Sequence[SFTExample], roles: 
     return losses
 
 
-def _save_model(model: Any, tokenizer: Any, target: Path) -> None:
+def _save_model(model: Any, tokenizer: Any, target: Path, style: str) -> None:
     tmp = target.with_name(f".{target.name}-tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     out = model.merge_and_unload() if hasattr(model, "merge_and_unload") else model
     out.save_pretrained(str(tmp), safe_serialization=True)
     tokenizer.save_pretrained(str(tmp))
+    write_prompt_style(tmp, style)
     if target.exists():
         shutil.rmtree(target)
     os.rename(tmp, target)
@@ -299,6 +304,8 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
     from lemon.train.config import load_train_config
     from lemon.train.policy import load_policy
 
+    if s.prompt not in PROMPT_STYLES:
+        raise LemonError(f"unknown policy prompt {s.prompt!r}; use one of {', '.join(PROMPT_STYLES)}")
     if s.threads:
         torch.set_num_threads(s.threads)
     t0 = time.perf_counter()
@@ -318,14 +325,14 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
     if not examples:
         raise LemonError("the teacher wrote no usable spec; try another --teacher-level or pool")
     model, tok = load_policy(s.policy, lora=load_train_config().lora if s.lora else None)
-    before = valid_rate(model, tok, eval_tasks, roles, levels, max_new_tokens=s.max_new_tokens) \
-        if s.eval_before else None
+    before = valid_rate(model, tok, eval_tasks, roles, levels, max_new_tokens=s.max_new_tokens,
+                        style=s.prompt) if s.eval_before else None
     if progress is not None:
         progress("eval-before", 1, 1)
     losses = finetune(model, tok, examples, roles, levels, epochs=s.epochs, lr=s.lr, batch_size=s.batch_size,
-                      seed=s.seed, progress=progress)
-    after = valid_rate(model, tok, eval_tasks, roles, levels, max_new_tokens=s.max_new_tokens)
-    _save_model(model, tok, s.out_dir / "model")
+                      seed=s.seed, progress=progress, style=s.prompt)
+    after = valid_rate(model, tok, eval_tasks, roles, levels, max_new_tokens=s.max_new_tokens, style=s.prompt)
+    _save_model(model, tok, s.out_dir / "model", s.prompt)
     report = {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(s).items()},
         "teacher_counts": counts, "n_examples": len(examples), "epoch_loss": losses,

@@ -142,6 +142,7 @@ class SlotPolicy:
     vocab: list[str]
     slot_names: list[str | None]
     pad_id: int = 0
+    prompt_style: str = "full"
 
     @classmethod
     def create(cls) -> SlotPolicy:
