@@ -12,7 +12,9 @@ Printed per signal: the AUROC of telling a right voter from a wrong one, and the
 voter whose signal is >= t is taken alone, else agree 2 of 5, as `stop: {logprob: t, agree: 2}` runs) at
 thresholds that take a voter alone 30-90 % of the time, each with its expected accuracy, voters run and worker
 tokens over 24 orders of the draws. The gate simulation restates the runtime's rule in a few lines, for this
-study only; a signal worth keeping goes into the runtime and is measured there. Per-voter results are kept in
+study only; a signal worth keeping goes into the runtime and is measured there. Last, per benchmark: a
+logistic probe over every signal (cross-validated by item), and how well the question alone (its length, its
+count of numbers) tells an easy item from a hard one. Per-voter results are kept in
 `--cache` (JSON lines), so an interrupted run resumes.
 Usage: python experiments/answer_confidence.py [--benchmarks gsm8k svamp] [--split train] [--limit 20]
        [--store S] [--cache F]
@@ -23,9 +25,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import re
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
@@ -179,6 +183,65 @@ def table(name: str, rows: list[dict]) -> list[str]:
     return [*lines, ""]
 
 
+def probe_features(v: dict) -> list[float]:
+    """The six signals, the reply's length (log tokens), its share of tokens below -0.1 nats, and whether its
+    answer is a whole number (GSM8K and SVAMP answers are)."""
+    sig = signals(v)
+    lps = v["lps"]
+    whole = v["key"] is not None and re.fullmatch(r"-?\d+", str(v["key"])) is not None
+    return [*(max(sig[k], -1e3) for k in SIGNALS), math.log(len(lps) + 1),
+            sum(lp < -0.1 for lp in lps) / max(len(lps), 1), float(whole)]
+
+
+def fit_probe(train: list[tuple[list[float], bool]]) -> Callable[[list[float]], float]:
+    """A logistic regression (L2 0.01, standardised features, LBFGS) fitted to (features, right) pairs; returns
+    the fitted score (a logit)."""
+    import torch
+
+    x = torch.tensor([f for f, _ in train])
+    y = torch.tensor([float(t) for _, t in train])
+    mu, sd = x.mean(0), x.std(0) + 1e-6
+    w = torch.zeros(x.shape[1], requires_grad=True)
+    b = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], max_iter=200)
+
+    def loss() -> torch.Tensor:
+        opt.zero_grad()
+        out = torch.nn.functional.binary_cross_entropy_with_logits((x - mu) / sd @ w + b, y) + 0.01 * w @ w
+        out.backward()
+        return out
+
+    opt.step(loss)
+    return lambda f: float(((torch.tensor(f) - mu) / sd @ w + b).detach())
+
+
+def probe_auroc(rows: list[dict], folds: int = 5) -> float:
+    """AUROC of a logistic probe over `probe_features`, each voter scored by a probe fitted without its item
+    (`folds`-fold cross-validation split by item): can the signals together say more than the reply alone?"""
+    items = sorted({r["item"] for r in rows})
+    scored = []
+    for k in range(folds):
+        held = set(items[k::folds])
+        probe = fit_probe([(probe_features(v), v["right"]) for r in rows if r["item"] not in held
+                           for v in r["voters"]])
+        scored += [{"right": v["right"], "probe": probe(probe_features(v))}
+                   for r in rows if r["item"] in held for v in r["voters"]]
+    return auroc(scored, "probe")
+
+
+def question_aurocs(benchmark: str, split: str, rows: list[dict]) -> dict[str, float]:
+    """How well the question alone tells an easy item (at most one of its 5 voters wrong) from a hard one: the
+    AUROC of its length in words and of the count of numbers in it (both read as "shorter is easier")."""
+    task = get_benchmark(benchmark)
+    items = {str(i.id): i for i in load_split(benchmark, split)}
+    out = {}
+    for name, feature in (("words", lambda q: len(q.split())), ("numbers", lambda q: len(NUMBER.findall(q)))):
+        marks = [{"right": sum(v["right"] for v in r["voters"]) >= 4,
+                  name: -feature(task.prompt(items[r["item"]]))} for r in rows]
+        out[name] = auroc(marks, name)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--benchmarks", nargs="+", default=["gsm8k", "svamp"])
@@ -190,6 +253,10 @@ def main() -> None:
     for bench in args.benchmarks:
         rows = asyncio.run(voters_of(bench, args.split, args.limit, args.store, args.cache))
         print("\n".join(table(f"{bench} `{args.split}`", rows)), flush=True)
+        questions = question_aurocs(bench, args.split, rows)
+        print(f"logistic probe over every signal (5-fold by item): AUROC {probe_auroc(rows):.3f}; the question "
+              f"alone (easy: <= 1 of 5 voters wrong): words {questions['words']:.3f}, numbers "
+              f"{questions['numbers']:.3f}\n", flush=True)
 
 
 if __name__ == "__main__":
