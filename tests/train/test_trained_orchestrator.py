@@ -83,6 +83,8 @@ def test_a_policy_records_its_prompt_style_beside_its_weights(tmp_path: Path) ->
     gguf = tmp_path / "policy.gguf"
     write_prompt_style(gguf, "terse")  # beside a .gguf file: its own record
     assert (tmp_path / f"policy.{POLICY_META}").is_file() and read_prompt_style(gguf) == "terse"
+    write_prompt_style(gguf, "full")  # a full policy exported over a terse one leaves no stale record
+    assert read_prompt_style(gguf) == "full" and not (tmp_path / f"policy.{POLICY_META}").exists()
     (tmp_path / POLICY_META).write_text('{"prompt": "chatty"}')
     with pytest.raises(ModelFileError, match="unknown prompt style 'chatty'"):
         read_prompt_style(tmp_path)

@@ -71,11 +71,15 @@ def read_prompt_style(policy: Path) -> str:
 
 
 def write_prompt_style(policy: Path, style: str) -> None:
-    """Record beside a saved policy the prompt style it was trained with (nothing for `full`, the default)."""
+    """Record beside a saved policy the prompt style it was trained with (`full`, the default, is the absence of
+    a record: one left by an earlier policy at the same path is removed)."""
     if style not in PROMPT_STYLES:
         raise ValueError(f"unknown policy prompt {style!r}; use one of {', '.join(PROMPT_STYLES)}")
-    if style != "full":
-        _meta_path(policy).write_text(json.dumps({"prompt": style}) + "\n", encoding="utf-8")
+    meta = _meta_path(policy)
+    if style == "full":
+        meta.unlink(missing_ok=True)
+    else:
+        meta.write_text(json.dumps({"prompt": style}) + "\n", encoding="utf-8")
 
 
 def policy_messages(task: str, roles: RoleLibrary, levels: Sequence[str],
