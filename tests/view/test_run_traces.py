@@ -18,7 +18,7 @@ POOL = ("name: scripted\nlevels:\n  - {name: small, backend: scripted, model: s}
 
 @pytest.fixture
 def run_trace(tmp_path: Path, _isolated_home: Path) -> Path:
-    """The trace of a real `lemon run` (template orchestration: five voters that stop once two agree) on a
+    """The trace of a real `lemon run` (template orchestration: three voters that stop once two agree) on a
     scripted pool file (its reply to this task holds a number, so an answer is extracted)."""
     pool = tmp_path / "pool.yaml"
     pool.write_text(POOL)
@@ -42,7 +42,7 @@ def test_trace_reads_a_run_trace_by_id_and_by_file(run_trace: Path, _isolated_ho
     assert isinstance(payload, dict)
     assert payload["run"]["run_id"] == _id(run_trace) and payload["run"]["method"] == "template"
     assert payload["item"]["gold"] is None and payload["item"]["status"] == "ok"
-    assert [a["name"] for a in payload["agents"]] == ["solver", "solver_2", "solver_3", "solver_4", "solver_5", "vote"]
+    assert [a["name"] for a in payload["agents"]] == ["solver", "solver_2", "solver_3", "vote"]
     assert payload["trace"]["task"] == "What is 2 + 4?"
 
 
