@@ -149,3 +149,27 @@ async def test_the_pooled_teacher_teaches_each_benchmark_one_team_the_best_on_av
     labels = [label for _, label, _ in pooled]
     assert labels == [per_task[1]] * 2 and won == {per_task[1]: 2}
     assert benchmark_of(hard) == "toy"
+
+
+async def test_the_pooled_teacher_chooses_on_the_first_tasks_and_teaches_every_task_unrun() -> None:
+    """With `chosen_on` = K, only each benchmark's first K tasks are run (the banked ones); every later task of
+    the benchmark is taught the choice without a worker call. The late task's seed is unknown to the double,
+    so running it would fail the test."""
+    double = _voter_double({0, 1, 3})
+    easy = TrainTask(id="toy/easy", prompt="What is 2 + 2?", grade=lambda ans: True, vote_key=extract_number,
+                     bank_seed=BANK_SEED)
+    late = TrainTask(id="toy/late", prompt="What is 3 + 3?", grade=lambda ans: False, vote_key=extract_number,
+                     bank_seed=999)  # never banked: the double has no draw for it
+    other = TrainTask(id="other/1", prompt="What is 2 + 2?", grade=lambda ans: True, vote_key=extract_number,
+                      bank_seed=BANK_SEED)
+    executor = _executor(double)
+    both, won = await pooled_bank_targets([easy, _task(), late, other], executor, reward=RewardConfig(),
+                                          chosen_on=2)
+    vote = both[0][1]
+    assert vote != "cot" and [(t.id, label) for t, label, _ in both] == [
+        ("toy/easy", vote), ("toy/1", vote), ("toy/late", vote), ("other/1", "cot")]  # other: its own choice
+    assert won == {vote: 3, "cot": 1}
+    first, _ = await pooled_bank_targets([easy, _task(), late], executor, reward=RewardConfig(), chosen_on=1)
+    assert [label for _, label, _ in first] == ["cot"] * 3  # chosen on the easy task alone, taught on all
+    with pytest.raises(ValueError, match="at least 1"):
+        await pooled_bank_targets([easy], executor, reward=RewardConfig(), chosen_on=0)

@@ -104,3 +104,14 @@ def test_a_mean_over_zero_counted_tokens_is_no_point(tmp_path: Path) -> None:
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     titles = [ax.get_title() for ax in draw_runs([run]).axes]
     assert any("credited tokens" in t for t in titles)
+
+
+@pytest.mark.parametrize(("teacher", "items"), [("bank", 10), ("bank-pooled", 0)])
+async def test_bank_items_needs_the_pooled_teacher_and_a_positive_count(tmp_path: Path, teacher: str,
+                                                                        items: int) -> None:
+    from lemon.train.sft import SFTSettings, run_sft
+
+    s = SFTSettings(out_dir=tmp_path / "sft", teacher=teacher, bank_items=items)
+    with pytest.raises(LemonError, match="--bank-items"):
+        await run_sft(s)
+    assert not (tmp_path / "sft").exists()  # refused before anything was written

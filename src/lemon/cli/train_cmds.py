@@ -60,6 +60,9 @@ def sft_cmd(
     teacher: Annotated[str, typer.Option(help=TEACHER_HELP)] = "prompted",
     prompt: Annotated[str, typer.Option(help="The policy's prompt: full (roles, levels and an example) or "
                                              "terse (the task alone, ~40 % of the tokens).")] = "full",
+    bank_items: Annotated[int | None, typer.Option(help="bank-pooled: the first N items of each benchmark (the "
+                                                        "banked ones) choose its team; all --limit are taught "
+                                                        "it.")] = None,
     policy: Annotated[str | None, typer.Option(help="Policy to fine-tune (HF dir); default SmolLM2-135M.")] = None,
     limit: Annotated[int, opt("limit", help="The first N training-split items (of each benchmark in a "
                                "mixture): the teacher writes their specs.")] = 200,
@@ -91,7 +94,8 @@ def sft_cmd(
                            epochs=epochs, lr=lr, batch_size=batch_size, require_correct=require_correct,
                            data_dir=str(data_dir) if data_dir else None, seed=seed,
                            max_new_tokens=policy_max_tokens, cache=not no_cache, threads=threads, lora=lora,
-                           verified=verified, teacher=teacher, serve_workers=serve_workers, prompt=prompt)
+                           verified=verified, teacher=teacher, serve_workers=serve_workers, prompt=prompt,
+                           bank_items=bank_items)
     with _progress(err_console) as bar:
         ids: dict[str, Any] = {}
 

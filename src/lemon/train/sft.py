@@ -77,6 +77,9 @@ class SFTSettings:
     # The policy prompt (`policy_prompt.PROMPT_STYLES`): `terse` asks with the task alone, so the trained
     # orchestrator reads ~40 % of the tokens per task; recorded beside the saved model.
     prompt: str = "full"
+    # `bank-pooled` only: the first N train items of each benchmark (the banked ones) choose its team, and all
+    # `n_train` are taught it, unrun (None: every item is run, so all must be banked or cost worker calls).
+    bank_items: int | None = None
 
 
 @dataclass(frozen=True)
@@ -181,8 +184,8 @@ async def verified_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
 async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings, progress: Progress | None = None, *,
                         pooled: bool = False) -> tuple[list[SFTExample], dict[str, int]]:
     """SFT examples from `verified.bank_targets` (the best banked team per task) or, `pooled`,
-    `verified.pooled_bank_targets` (per benchmark); no worker call where the sample bank
-    (`experiments/adaptive_cpu.sh train-bank`) holds the task."""
+    `verified.pooled_bank_targets` (per benchmark, chosen on the first `s.bank_items` tasks of each); no worker
+    call where the sample bank (`experiments/adaptive_cpu.sh train-bank`) holds the task."""
     from lemon.llm.pools import load_pool
     from lemon.train.config import load_train_config
     from lemon.train.verified import bank_targets, pooled_bank_targets
@@ -190,7 +193,7 @@ async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings, progress: Pr
 
     cfg = load_train_config()
     pool = load_pool(s.teacher_pool, cache=s.cache)
-    targets_of = pooled_bank_targets if pooled else bank_targets
+    targets_of = partial(pooled_bank_targets, chosen_on=s.bank_items) if pooled else bank_targets
     try:
         targets, won = await targets_of(tasks, worker_executor(pool, RoleLibrary.load(), cfg), reward=cfg.reward,
                                         progress=progress)
@@ -306,6 +309,8 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
 
     if s.prompt not in PROMPT_STYLES:
         raise LemonError(f"unknown policy prompt {s.prompt!r}; use one of {', '.join(PROMPT_STYLES)}")
+    if s.bank_items is not None and (s.bank_items < 1 or s.teacher != "bank-pooled"):
+        raise LemonError(f"--bank-items {s.bank_items}: give a count of at least 1, with --teacher bank-pooled")
     if s.threads:
         torch.set_num_threads(s.threads)
     t0 = time.perf_counter()

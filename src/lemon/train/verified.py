@@ -125,24 +125,36 @@ async def bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward
 
 
 async def pooled_bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward: RewardConfig,
-                              orders: int = TEACHER_ORDERS, progress: Progress | None = None
-                              ) -> tuple[list[tuple[TrainTask, str, Spec]], dict[str, int]]:
+                              orders: int = TEACHER_ORDERS, progress: Progress | None = None,
+                              chosen_on: int | None = None) -> tuple[list[tuple[TrainTask, str, Spec]], dict[str, int]]:
     """Per benchmark, ONE of `BANK_TEAMS`: the highest MEAN expected reward over the benchmark's tasks (each team
     over `orders` orders of every task's banked draws, as `bank_targets`), taught on every task it ever gets
-    right.
+    right. With `chosen_on` = K, only each benchmark's first K tasks (the banked ones) choose, and every later
+    task is taught the choice unrun: no worker call, and a policy sees many questions of each benchmark.
 
     Why pooled: the per-task winner is the team to teach only if the policy can tell tasks apart. Ours cannot
     yet: taught each task's winner (33 of 53 targets one agent), it wrote one agent everywhere after GRPO,
     though on every benchmark of the mixture a stopping vote has the higher expected reward (GSM8K `train`,
     24 orders: one agent 0.60, `agree 2 of 5` 0.73). What a policy that reads only the question should write
     is the best team for the questions it cannot tell apart; the stop rule then adapts to each item at run
-    time (voters run track the item's difficulty)."""
+    time (voters run track the item's difficulty). Why `chosen_on`: taught on 20 banked tasks a benchmark,
+    the policy wrote the GSM8K team for SVAMP too (docs/results.md); the choice needs the bank, the teaching
+    does not."""
+    if chosen_on is not None and chosen_on < 1:
+        raise ValueError(f"chosen_on must be at least 1 task a benchmark, got {chosen_on}")
     level = executor.pool.level_names[-1]
     settings = bank_settings(reward, orders)
-    scored: list[tuple[TrainTask, list[tuple[str, Spec]], list[float], list[float]]] = []
+    seen: Counter[str] = Counter()
     fixed: dict[str, list[tuple[str, Spec]]] = {}
+    scored: list[tuple[TrainTask, list[tuple[str, Spec]], list[float] | None, list[float] | None]] = []
     for i, task in enumerate(tasks):
-        teams = fixed.setdefault(task.kind, bank_candidates(task.kind, executor.roles, level))
+        if task.kind not in fixed:
+            fixed[task.kind] = bank_candidates(task.kind, executor.roles, level)
+        teams = fixed[task.kind]
+        seen[benchmark_of(task)] += 1
+        if chosen_on is not None and seen[benchmark_of(task)] > chosen_on:
+            scored.append((task, teams, None, None))  # taught the benchmark's choice, not run
+            continue
         state = await score_group(executor, task, [render_spec(s).text for _, s in teams], roles=executor.roles,
                                   settings=settings, seed=task.bank_seed)
         samples = state.result.samples
@@ -150,15 +162,24 @@ async def pooled_bank_targets(tasks: Sequence[TrainTask], executor: Executor, *,
                        [s.success if s.valid else 0.0 for s in samples]))
         if progress is not None:
             progress("bank", i + 1, len(tasks))
+    return _teach_pooled(scored)
+
+
+def _teach_pooled(scored: Sequence[tuple[TrainTask, list[tuple[str, Spec]], list[float] | None,
+                                         list[float] | None]]) -> tuple[list[tuple[TrainTask, str, Spec]],
+                                                                          dict[str, int]]:
+    """Per benchmark the team of the best summed reward over its run tasks; each run task is taught it where it
+    is ever right, each unrun task (rewards None) always."""
     best: dict[str, int] = {}
     for bench in {benchmark_of(t) for t, *_ in scored}:
-        rows = [r for t, _, r, _ in scored if benchmark_of(t) == bench]
+        rows = [r for t, _, r, _ in scored if benchmark_of(t) == bench and r is not None]
         best[bench] = max(range(len(rows[0])), key=lambda k: (sum(r[k] for r in rows), -k))
     out, won = [], Counter[str]()
     for task, teams, _, success in scored:
         k = best[benchmark_of(task)]
-        won[teams[k][0] if success[k] > 0 else "none right"] += 1
-        if success[k] > 0:
+        right = success is None or success[k] > 0
+        won[teams[k][0] if right else "none right"] += 1
+        if right:
             out.append((task, teams[k][0], teams[k][1]))
     return out, dict(won)
 
