@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lemon.errors import ModelFileError
+from lemon.errors import ConfigError, ModelFileError
 from lemon.orchestrator.policy_prompt import (
     POLICY_META,
     policy_messages,
@@ -68,7 +68,7 @@ def test_the_terse_prompt_is_the_task_alone_and_shorter() -> None:
     assert terse[1]["content"] == task
     assert "math_solver" not in terse[0]["content"] + terse[1]["content"]
     assert len("".join(m["content"] for m in terse)) < len("".join(m["content"] for m in full)) / 3
-    with pytest.raises(ValueError, match="unknown policy prompt"):
+    with pytest.raises(ConfigError, match="unknown policy prompt 'chatty'; use one of full, terse"):
         policy_messages(task, ROLES, ("low",), "chatty")
 
 

@@ -15,7 +15,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from lemon.errors import ModelFileError, SpecError
+from lemon.errors import ConfigError, ModelFileError, SpecError
 from lemon.orchestrator.repair import extract_object_text
 from lemon.spec.model import Spec
 from lemon.spec.parse import parse_spec
@@ -31,6 +31,12 @@ PROMPT_STYLES = ("full", "terse")
 POLICY_META = "lemon-policy.json"
 
 
+def check_prompt_style(style: str) -> None:
+    """ConfigError (one line, naming the choices) unless `style` is one of `PROMPT_STYLES`."""
+    if style not in PROMPT_STYLES:
+        raise ConfigError(f"unknown policy prompt {style!r}; use one of {', '.join(PROMPT_STYLES)}")
+
+
 @dataclass(frozen=True)
 class PolicyTemplates:
     system: str
@@ -43,10 +49,9 @@ def policy_templates(style: str = "full") -> PolicyTemplates:
     """The packaged template of `style` (`prompts/policy.yaml`); immutable, so caching it is safe."""
     text = (resources.files("lemon.orchestrator") / "prompts" / "policy.yaml").read_text("utf-8")
     data = load_yaml(text)
+    check_prompt_style(style)
     if style == "full":
         return PolicyTemplates(data["system"].strip(), data["user"], data["example"].rstrip("\n"))
-    if style not in PROMPT_STYLES:
-        raise ValueError(f"unknown policy prompt {style!r}; use one of {', '.join(PROMPT_STYLES)}")
     return PolicyTemplates(data[style]["system"].strip(), data[style]["user"], "")
 
 
@@ -73,8 +78,7 @@ def read_prompt_style(policy: Path) -> str:
 def write_prompt_style(policy: Path, style: str) -> None:
     """Record beside a saved policy the prompt style it was trained with (`full`, the default, is the absence of
     a record: one left by an earlier policy at the same path is removed)."""
-    if style not in PROMPT_STYLES:
-        raise ValueError(f"unknown policy prompt {style!r}; use one of {', '.join(PROMPT_STYLES)}")
+    check_prompt_style(style)
     meta = _meta_path(policy)
     if style == "full":
         meta.unlink(missing_ok=True)

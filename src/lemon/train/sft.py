@@ -29,7 +29,7 @@ import torch
 
 from lemon.errors import LemonError
 from lemon.llm.serve import workers_for
-from lemon.orchestrator.policy_prompt import PROMPT_STYLES, policy_messages, strict_spec, write_prompt_style
+from lemon.orchestrator.policy_prompt import check_prompt_style, policy_messages, strict_spec, write_prompt_style
 from lemon.spec.model import Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -307,8 +307,7 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
     from lemon.train.config import load_train_config
     from lemon.train.policy import load_policy
 
-    if s.prompt not in PROMPT_STYLES:
-        raise LemonError(f"unknown policy prompt {s.prompt!r}; use one of {', '.join(PROMPT_STYLES)}")
+    check_prompt_style(s.prompt)
     if s.bank_items is not None and (s.bank_items < 1 or s.teacher != "bank-pooled"):
         raise LemonError(f"--bank-items {s.bank_items}: give a count of at least 1, with --teacher bank-pooled")
     if s.threads:

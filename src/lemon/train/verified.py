@@ -154,12 +154,12 @@ async def pooled_bank_targets(tasks: Sequence[TrainTask], executor: Executor, *,
         seen[benchmark_of(task)] += 1
         if chosen_on is not None and seen[benchmark_of(task)] > chosen_on:
             scored.append((task, teams, None, None))  # taught the benchmark's choice, not run
-            continue
-        state = await score_group(executor, task, [render_spec(s).text for _, s in teams], roles=executor.roles,
-                                  settings=settings, seed=task.bank_seed)
-        samples = state.result.samples
-        scored.append((task, teams, [s.total_reward if s.valid else -1.0 for s in samples],
-                       [s.success if s.valid else 0.0 for s in samples]))
+        else:
+            state = await score_group(executor, task, [render_spec(s).text for _, s in teams],
+                                      roles=executor.roles, settings=settings, seed=task.bank_seed)
+            samples = state.result.samples
+            scored.append((task, teams, [s.total_reward if s.valid else -1.0 for s in samples],
+                           [s.success if s.valid else 0.0 for s in samples]))
         if progress is not None:
             progress("bank", i + 1, len(tasks))
     return _teach_pooled(scored)
