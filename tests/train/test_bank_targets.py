@@ -5,6 +5,7 @@ request the bank lacks is an error). Workers are the scripted test double, seede
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -16,13 +17,22 @@ from lemon.llm.pools import load_pool
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Executor
 from lemon.runtime.executor import derive_seed
+from lemon.spec.model import Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.train.batch import group_worker_seed
+from lemon.train.budget_teacher import budget_candidates, most_accurate_within, orchestration_tokens
 from lemon.train.config import RewardConfig, WorkerConfig, load_train_config
 from lemon.train.rollout import RolloutSettings, draw_orders, score_group
 from lemon.train.tasks import TrainTask, load_train_tasks
-from lemon.train.verified import BANK_VOTERS, bank_candidates, bank_targets, benchmark_of, pooled_bank_targets
+from lemon.train.verified import (
+    BANK_VOTERS,
+    TeamOutcome,
+    bank_candidates,
+    bank_targets,
+    benchmark_of,
+    pooled_bank_targets,
+)
 from lemon.train.workers import worker_executor
 from tests.evalcall import evaluate_kw
 from tests.evaluation.test_cli import scripted_pool_yaml
@@ -173,3 +183,42 @@ async def test_the_pooled_teacher_chooses_on_the_first_tasks_and_teaches_every_t
     assert [label for _, label, _ in first] == ["cot"] * 3  # chosen on the easy task alone, taught on all
     with pytest.raises(ValueError, match="at least 1"):
         await pooled_bank_targets([easy], executor, reward=RewardConfig(), chosen_on=0)
+
+
+def _outcomes(teams: list[tuple[str, Spec]], by_label: dict[str, tuple[float, float]]) -> list[TeamOutcome]:
+    return [TeamOutcome(0.0, *by_label[label]) for label, _ in teams]
+
+
+def test_the_budget_chooser_takes_the_most_accurate_team_under_the_share_orchestration_counted() -> None:
+    """Synthetic outcomes (success, worker tokens) of four menu teams on one task; the 5-vote's 2,000 worker
+    tokens set the budget. Each team also costs 70-115 orchestration tokens (prompt, framing, its own spec)."""
+    teams = [t for t in budget_candidates("number", RoleLibrary.load(), "large")
+             if t[0] in {"cot", "esc", "sc-cot-5", "gate-35"}]
+    labels = [label for label, _ in teams]
+    task = _task()
+    overhead = {label: orchestration_tokens(task, spec) for label, spec in teams}
+    assert all(60 < o < 140 for o in overhead.values())
+
+    def choose(by_label: dict[str, tuple[float, float]], share: float) -> str:
+        return labels[most_accurate_within(teams, [(task, _outcomes(teams, by_label))], share=share)]
+
+    outcomes = {"cot": (0.6, 400.0), "esc": (0.9, 1100.0), "sc-cot-5": (0.9, 2000.0), "gate-35": (0.85, 700.0)}
+    assert choose(outcomes, 0.5) == "gate-35"  # esc is more accurate but over 1,000 tokens
+    assert choose(outcomes, 0.3) == "cot"  # only one agent fits under 600
+    assert choose(outcomes, 0.2) == "cot"  # none fits under 400: the cheapest
+    # a gate at 950 worker tokens fits under 1,000 only if its own orchestration tokens are not counted
+    assert choose({**outcomes, "gate-35": (0.85, 950.0)}, 0.5) == "cot"
+
+
+async def test_the_budget_teacher_teaches_a_gate_where_sure_replies_are_the_right_ones() -> None:
+    """Through the bank: 3 of 5 draws right, each right reply sure (-5 nats) and each wrong one not (-80). A gate
+    stops at the first right reply in every draw order, so it is right as often as the 5-vote at fewer
+    tokens; one agent is right in 3 of 5 orders. The budget teacher teaches a gate, as its spec says."""
+    double = _voter_double({0, 1, 3})
+    choose = partial(most_accurate_within, share=1.0)
+    targets, won = await pooled_bank_targets([_task()], _executor(double), reward=RewardConfig(),
+                                             menu=budget_candidates, choose=choose)
+    (_, label, spec), = targets
+    assert label.startswith("gate") and won == {label: 1}
+    stops = [a.stop for a in spec.agents if a.stop is not None]
+    assert len(stops) == 1 and stops[0].logprob is not None and stops[0].logprob <= -5

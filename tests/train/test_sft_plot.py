@@ -106,7 +106,7 @@ def test_a_mean_over_zero_counted_tokens_is_no_point(tmp_path: Path) -> None:
     assert any("credited tokens" in t for t in titles)
 
 
-@pytest.mark.parametrize(("teacher", "items"), [("bank", 10), ("bank-pooled", 0)])
+@pytest.mark.parametrize(("teacher", "items"), [("bank", 10), ("bank-pooled", 0), ("bank-budget", 0)])
 async def test_bank_items_needs_the_pooled_teacher_and_a_positive_count(tmp_path: Path, teacher: str,
                                                                         items: int) -> None:
     from lemon.train.sft import SFTSettings, run_sft

@@ -32,7 +32,8 @@ TEACHER_HELP = ("prompted: the prompted orchestrator at --teacher-level writes e
                 "team per task, drawn uniformly from the default team and the baselines at every level (no model "
                 "call); bank: per task the best of the teams a sample bank answers (one CoT agent, votes of 3 and "
                 "5, stopping votes), at the strongest level; bank-pooled: per benchmark the one with the best mean "
-                "expected reward.")
+                "expected reward; bank-budget: per benchmark the most accurate one, logprob gates included, at "
+                "<= 50 % of the 5-vote's tokens (the policy's prompt and spec counted).")
 
 
 def _need_train_extra() -> None:
@@ -60,9 +61,9 @@ def sft_cmd(
     teacher: Annotated[str, typer.Option(help=TEACHER_HELP)] = "prompted",
     prompt: Annotated[str, typer.Option(help="The policy's prompt: full (roles, levels and an example) or "
                                              "terse (the task alone, ~40 % of the tokens).")] = "full",
-    bank_items: Annotated[int | None, typer.Option(help="bank-pooled: the first N items of each benchmark (the "
-                                                        "banked ones) choose its team; all --limit are taught "
-                                                        "it.")] = None,
+    bank_items: Annotated[int | None, typer.Option(help="bank-pooled, bank-budget: the first N items of each "
+                                                        "benchmark (the banked ones) choose its team; all --limit "
+                                                        "are taught it.")] = None,
     policy: Annotated[str | None, typer.Option(help="Policy to fine-tune (HF dir); default SmolLM2-135M.")] = None,
     limit: Annotated[int, opt("limit", help="The first N training-split items (of each benchmark in a "
                                "mixture): the teacher writes their specs.")] = 200,

@@ -69,7 +69,8 @@ class SFTSettings:
     worker_samples: int = 2
     # `prompted`: the prompted orchestrator at `teacher_level` writes each target. `library`: one team drawn
     # uniformly from the fixed team library per task, no model call (train/library.py says why). `bank`: the
-    # best banked team per task (train/verified.py `bank_targets`), answered from the sample bank.
+    # best banked team per task (train/verified.py `bank_targets`), answered from the sample bank; `bank-pooled`
+    # and `bank-budget`: one banked team per benchmark (`bank_examples`).
     teacher: str = "prompted"
     # The teacher pool's models in their own server processes (`lemon.llm.serve`); None: whenever torch
     # uses a GPU, where a CUDA llama.cpp in the same process crashes it.
@@ -77,8 +78,9 @@ class SFTSettings:
     # The policy prompt (`policy_prompt.PROMPT_STYLES`): `terse` asks with the task alone, so the trained
     # orchestrator reads ~40 % of the tokens per task; recorded beside the saved model.
     prompt: str = "full"
-    # `bank-pooled` only: the first N train items of each benchmark (the banked ones) choose its team, and all
-    # `n_train` are taught it, unrun (None: every item is run, so all must be banked or cost worker calls).
+    # Pooled teachers only (`bank-pooled`, `bank-budget`): the first N train items of each benchmark (the banked
+    # ones) choose its team, and all `n_train` are taught it, unrun (None: every item is run, so all must be
+    # banked or cost worker calls).
     bank_items: int | None = None
 
 
@@ -182,9 +184,10 @@ async def verified_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
 
 
 async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings, progress: Progress | None = None, *,
-                        pooled: bool = False) -> tuple[list[SFTExample], dict[str, int]]:
-    """SFT examples from `verified.bank_targets` (the best banked team per task) or, `pooled`,
-    `verified.pooled_bank_targets` (per benchmark, chosen on the first `s.bank_items` tasks of each); no worker
+                        pooled: str | None = None) -> tuple[list[SFTExample], dict[str, int]]:
+    """SFT examples from `verified.bank_targets` (the best banked team per task) or a pooled teacher (one team a
+    benchmark, chosen on the first `s.bank_items` tasks of each): `reward`, `verified.pooled_bank_targets`'s
+    best mean reward; `budget`, `budget_teacher`'s most accurate team under the bar's token share. No worker
     call where the sample bank (`experiments/adaptive_cpu.sh train-bank`) holds the task."""
     from lemon.llm.pools import load_pool
     from lemon.train.config import load_train_config
@@ -193,13 +196,24 @@ async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings, progress: Pr
 
     cfg = load_train_config()
     pool = load_pool(s.teacher_pool, cache=s.cache)
-    targets_of = partial(pooled_bank_targets, chosen_on=s.bank_items) if pooled else bank_targets
+    targets_of = bank_targets if pooled is None else partial(pooled_bank_targets, chosen_on=s.bank_items,
+                                                             **_pooled_choice(pooled, s.prompt))
     try:
         targets, won = await targets_of(tasks, worker_executor(pool, RoleLibrary.load(), cfg), reward=cfg.reward,
                                         progress=progress)
     finally:
         await pool.aclose()
     return verified_sft_examples(targets, won)
+
+
+def _pooled_choice(pooled: str, prompt_style: str) -> dict[str, Any]:
+    """The menu and chooser of a pooled teacher (`pooled_bank_targets`' keywords): its defaults for `reward`."""
+    if pooled == "reward":
+        return {}
+    from lemon.train.budget_teacher import FRAMING_TOKENS, budget_candidates, most_accurate_within
+
+    return {"menu": budget_candidates,
+            "choose": partial(most_accurate_within, framing_tokens=FRAMING_TOKENS[prompt_style])}
 
 
 async def library_examples(tasks: Sequence[TrainTask], s: SFTSettings,
@@ -222,7 +236,12 @@ async def _prompted(tasks: Sequence[TrainTask], s: SFTSettings,
 
 #: The SFT teachers: a new one is a function of (tasks, settings, progress) and an entry here.
 TEACHERS = {"prompted": _prompted, "library": library_examples, "bank": bank_examples,
-            "bank-pooled": partial(bank_examples, pooled=True)}
+            "bank-pooled": partial(bank_examples, pooled="reward"),
+            "bank-budget": partial(bank_examples, pooled="budget")}
+
+
+#: The teachers that choose one team per benchmark (and so take `bank_items`).
+POOLED_TEACHERS = ("bank-pooled", "bank-budget")
 
 
 async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
@@ -308,8 +327,9 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
     from lemon.train.policy import load_policy
 
     check_prompt_style(s.prompt)
-    if s.bank_items is not None and (s.bank_items < 1 or s.teacher != "bank-pooled"):
-        raise LemonError(f"--bank-items {s.bank_items}: give a count of at least 1, with --teacher bank-pooled")
+    if s.bank_items is not None and (s.bank_items < 1 or s.teacher not in POOLED_TEACHERS):
+        raise LemonError(f"--bank-items {s.bank_items}: give a count of at least 1, with --teacher "
+                         f"{' or '.join(POOLED_TEACHERS)}")
     if s.threads:
         torch.set_num_threads(s.threads)
     t0 = time.perf_counter()

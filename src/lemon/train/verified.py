@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from lemon.evaluation.bank import BANK_VOTERS, vote_team
@@ -124,13 +125,39 @@ async def bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward
                               always_right=False, phase="bank", progress=progress)
 
 
+@dataclass(frozen=True, slots=True)
+class TeamOutcome:
+    """One team on one task over the teacher's draw orders: its mean reward (-1 if invalid), the share of orders
+    it was right in, and its mean worker tokens."""
+
+    reward: float
+    success: float
+    tokens: float
+
+
+#: How a pooled teacher picks a benchmark's team: from the menu's (label, spec) teams and, per run task, the task
+#: and every team's outcome on it, the index of the team to teach.
+Chooser = Callable[[Sequence[tuple[str, Spec]], Sequence[tuple[TrainTask, Sequence[TeamOutcome]]]], int]
+#: The teams a pooled teacher chooses among, given (answer kind, roles, level).
+Menu = Callable[[str, RoleLibrary, str], list[tuple[str, Spec]]]
+
+
+def best_mean_reward(teams: Sequence[tuple[str, Spec]], runs: Sequence[tuple[TrainTask, Sequence[TeamOutcome]]]
+                     ) -> int:
+    """The team of the highest summed reward over the run tasks (ties: the earlier, cheaper-listed team)."""
+    return max(range(len(teams)), key=lambda k: (sum(r[k].reward for _, r in runs), -k))
+
+
 async def pooled_bank_targets(tasks: Sequence[TrainTask], executor: Executor, *, reward: RewardConfig,
                               orders: int = TEACHER_ORDERS, progress: Progress | None = None,
-                              chosen_on: int | None = None) -> tuple[list[tuple[TrainTask, str, Spec]], dict[str, int]]:
-    """Per benchmark, ONE of `BANK_TEAMS`: the highest MEAN expected reward over the benchmark's tasks (each team
-    over `orders` orders of every task's banked draws, as `bank_targets`), taught on every task it ever gets
-    right. With `chosen_on` = K, only each benchmark's first K tasks (the banked ones) choose, and every later
-    task is taught the choice unrun: no worker call, and a policy sees many questions of each benchmark.
+                              chosen_on: int | None = None, choose: Chooser = best_mean_reward,
+                              menu: Menu = bank_candidates) -> tuple[list[tuple[TrainTask, str, Spec]],
+                                                                     dict[str, int]]:
+    """Per benchmark, ONE team of `menu` (default `BANK_TEAMS`), picked by `choose` (default: the highest MEAN
+    expected reward over the benchmark's tasks, each team over `orders` orders of every task's banked draws, as
+    `bank_targets`), taught on every task it ever gets right. With `chosen_on` = K, only each benchmark's first
+    K tasks (the banked ones) choose, and every later task is taught the choice unrun: no worker call, and a
+    policy sees many questions of each benchmark.
 
     Why pooled: the per-task winner is the team to teach only if the policy can tell tasks apart. Ours cannot
     yet: taught each task's winner (33 of 53 targets one agent), it wrote one agent everywhere after GRPO,
@@ -146,38 +173,35 @@ async def pooled_bank_targets(tasks: Sequence[TrainTask], executor: Executor, *,
     settings = bank_settings(reward, orders)
     seen: Counter[str] = Counter()
     fixed: dict[str, list[tuple[str, Spec]]] = {}
-    scored: list[tuple[TrainTask, list[tuple[str, Spec]], list[float] | None, list[float] | None]] = []
+    scored: list[tuple[TrainTask, list[tuple[str, Spec]], list[TeamOutcome] | None]] = []
     for i, task in enumerate(tasks):
-        if task.kind not in fixed:
-            fixed[task.kind] = bank_candidates(task.kind, executor.roles, level)
-        teams = fixed[task.kind]
+        teams = fixed.setdefault(task.kind, menu(task.kind, executor.roles, level))
         seen[benchmark_of(task)] += 1
         if chosen_on is not None and seen[benchmark_of(task)] > chosen_on:
-            scored.append((task, teams, None, None))  # taught the benchmark's choice, not run
+            scored.append((task, teams, None))  # taught the benchmark's choice, not run
         else:
             state = await score_group(executor, task, [render_spec(s).text for _, s in teams],
                                       roles=executor.roles, settings=settings, seed=task.bank_seed)
-            samples = state.result.samples
-            scored.append((task, teams, [s.total_reward if s.valid else -1.0 for s in samples],
-                           [s.success if s.valid else 0.0 for s in samples]))
+            scored.append((task, teams, [TeamOutcome(s.total_reward if s.valid else -1.0,
+                                                     s.success if s.valid else 0.0, float(s.total_tokens))
+                                         for s in state.result.samples]))
         if progress is not None:
             progress("bank", i + 1, len(tasks))
-    return _teach_pooled(scored)
+    return _teach_pooled(scored, choose)
 
 
-def _teach_pooled(scored: Sequence[tuple[TrainTask, list[tuple[str, Spec]], list[float] | None,
-                                         list[float] | None]]) -> tuple[list[tuple[TrainTask, str, Spec]],
-                                                                          dict[str, int]]:
-    """Per benchmark the team of the best summed reward over its run tasks; each run task is taught it where it
-    is ever right, each unrun task (rewards None) always."""
+def _teach_pooled(scored: Sequence[tuple[TrainTask, list[tuple[str, Spec]], list[TeamOutcome] | None]],
+                  choose: Chooser) -> tuple[list[tuple[TrainTask, str, Spec]], dict[str, int]]:
+    """Per benchmark `choose`'s team over its run tasks; each run task is taught it where it is ever right,
+    each unrun task (outcomes None) always."""
     best: dict[str, int] = {}
     for bench in {benchmark_of(t) for t, *_ in scored}:
-        rows = [r for t, _, r, _ in scored if benchmark_of(t) == bench and r is not None]
-        best[bench] = max(range(len(rows[0])), key=lambda k: (sum(r[k] for r in rows), -k))
+        runs = [(t, teams, r) for t, teams, r in scored if benchmark_of(t) == bench and r is not None]
+        best[bench] = choose(runs[0][1], [(t, r) for t, _, r in runs])
     out, won = [], Counter[str]()
-    for task, teams, _, success in scored:
+    for task, teams, outcomes in scored:
         k = best[benchmark_of(task)]
-        right = success is None or success[k] > 0
+        right = outcomes is None or outcomes[k].success > 0
         won[teams[k][0] if right else "none right"] += 1
         if right:
             out.append((task, teams[k][0], teams[k][1]))
