@@ -24,6 +24,7 @@ from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
 from lemon.evaluation.bank import bank_keys, vote_team
+from lemon.evaluation.baselines import GATE_LOGPROB
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.report import mcnemar_exact
 from lemon.evaluation.store import ResultsStore
@@ -32,13 +33,14 @@ from lemon.paths import lemon_home
 from lemon.runtime import Executor
 from lemon.spec.model import StopRule
 from lemon.spec.roles import RoleLibrary
+from lemon.train.budget_teacher import GATE_MENU
 from lemon.train.config import RewardConfig
 from lemon.train.reward import compute_reward
 from lemon.train.rollout import draw_orders
 
 #: The logprob gate thresholds (nats) swept: a reply's summed log-probability is about -10 for a short sure
 #: reply and below -100 for a long hesitant one (Qwen2.5-Coder-1.5B on GSM8K / SVAMP).
-GATES = (-15, -20, -25, -30, -35, -40, -50)
+GATES = tuple(sorted({GATE_LOGPROB, *GATE_MENU}, reverse=True))
 
 # (voters, rule): the teams made of the bank's voters, cheapest shapes first.
 TEAMS: dict[str, tuple[int, StopRule | None]] = {
