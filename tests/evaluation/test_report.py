@@ -213,3 +213,19 @@ def test_cost_counts_the_orchestrator_and_sizes_come_from_model_names() -> None:
     assert dominates((0.9, 100.0), (0.9, 101.0)) and not dominates((0.9, 100.0), (0.95, 120.0))
     assert parameters_b("embedded:qwen2.5-coder-1.5b") == 1.5 and parameters_b("embedded:smollm2-135m") == 0.135
     assert parameters_b("Qwen/Qwen2.5-32B-Instruct") == 32 and math.isnan(parameters_b("scripted-large"))
+
+
+def test_each_benchmark_shows_the_papers_number_for_orientation_only(tmp_path: Path) -> None:
+    """paper.yaml names exactly the six benchmarks, and each benchmark's section of the report carries its
+    number (a benchmark the paper did not report on gets no such line)."""
+    from lemon.benchmarks.registry import BENCHMARKS
+    from lemon.evaluation.report import paper_results
+
+    assert set(paper_results()["lemon"]) == set(BENCHMARKS)
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        _fill(store, "run_g", "cot", {("0", 0): True}, 1, 10, benchmark="gsm8k")
+        _fill(store, "run_t", "cot", {("0", 0): True}, 1, 10, benchmark="toy")
+        md = build_report(store, now=datetime(2026, 1, 2, tzinfo=UTC)).markdown
+    gsm8k, toy = md.split("## gsm8k")[1].split("## toy")
+    assert "the paper reports LEMON at 94.32 % on gsm8k test (1,319 items) with Qwen2.5 7B/14B/32B workers" in gsm8k
+    assert "not comparable" in gsm8k and "the paper reports" not in toy

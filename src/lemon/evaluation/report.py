@@ -20,7 +20,11 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from lemon.errors import LemonError, StorageError
 from lemon.evaluation.baselines import method_names
@@ -292,6 +296,7 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
         "did not end `ok` (they count as wrong).",
     ]
     benchmarks = sorted({s.run.benchmark for s in stats})
+    paper = paper_results()
     if not benchmarks:
         lines += ["", "_The store holds no runs yet: run `lemon eval` first._"]
     for bench in benchmarks:
@@ -309,12 +314,28 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
                 f"{_fmt_tokens(s.orchestrator_tokens_mean)} | {_fmt_tokens(s.wall_s_mean)} | {s.errors} | "
                 f"`{s.run.run_id}` |"
             )
+        lines += paper_lines(bench, paper)
         lines += _render_front([s for s in stats if s.run.benchmark == bench])
         for c in (c for c in comparisons if c.run_a.benchmark == bench):
             lines += ["", *_render_comparison(c)]
         if teams and teams.get(bench):
             lines += ["", *teams[bench]]
     return "\n".join(lines) + "\n"
+
+
+def paper_results() -> dict[str, Any]:
+    """The paper's reported LEMON accuracy per benchmark (`paper.yaml`): its workers and one entry a benchmark."""
+    return yaml.safe_load((resources.files("lemon.evaluation") / "paper.yaml").read_text("utf-8"))
+
+
+def paper_lines(benchmark: str, paper: Mapping[str, Any]) -> list[str]:
+    """A line with the paper's LEMON accuracy on `benchmark`, for orientation only ([] where it reports none)."""
+    entry = paper["lemon"].get(benchmark)
+    if entry is None:
+        return []
+    return ["", f"For orientation only, not comparable (other workers, the full split): the paper reports LEMON "
+                f"at {entry['accuracy']:.2f} % on {benchmark} {entry['split']} ({entry['items']:,} items) with "
+                f"{paper['workers']} workers."]
 
 
 def _render_comparison(c: PairedResult) -> list[str]:
