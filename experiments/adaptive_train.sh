@@ -15,8 +15,9 @@
 # Every stage resumes: SFT is skipped once sft.json exists, training continues from its checkpoint, evaluation
 # from the store. Train and test are disjoint by construction (train vs test splits).
 # Usage: LEMON_DATA_DIR=../shared/data [STEPS=30] [N_TRAIN=40] [LIMIT=60] [SEEDS=2] [TRAIN_SEEDS="0 1"]
-#        [TEACHER=bank|bank-pooled] [PROMPT=full|terse] [BANK_ITEMS=20 (bank-pooled: choose on the banked
-#        items, teach on all N_TRAIN)] [N_EVAL=2] [EPOCHS=3]
+#        [TEACHER=bank|bank-pooled|bank-budget] [PROMPT=full|terse] [BANK_ITEMS=20 (bank-pooled: choose on the banked
+#        items, teach on all N_TRAIN)] [DECISION_WEIGHT=10 (SFT loss weight of the fields the targets differ
+#        in)] [N_EVAL=2] [EPOCHS=3]
 #        [ARMS="cf global"] [BENCHES="svamp gsm8k"] [STAGES="sft train eval report"] [STORE=...] [POOL=cpu]
 #        bash experiments/adaptive_train.sh [RUNS_DIR]
 set -euo pipefail
@@ -34,7 +35,7 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 if has sft && [ ! -f "$runs/sft/sft.json" ]; then
   lemon sft --out "$runs/sft" --teacher "${TEACHER:-bank}" --prompt "${PROMPT:-full}" --teacher-pool "$pool" \
     --benchmark "$mix" --limit "${N_TRAIN:-40}" --n-eval "${N_EVAL:-2}" --epochs "${EPOCHS:-3}" --seed 0 \
-    ${BANK_ITEMS:+--bank-items "$BANK_ITEMS"}
+    ${BANK_ITEMS:+--bank-items "$BANK_ITEMS"} ${DECISION_WEIGHT:+--decision-weight "$DECISION_WEIGHT"}
 fi
 
 arms=()

@@ -64,6 +64,8 @@ def sft_cmd(
     bank_items: Annotated[int | None, typer.Option(help="bank-pooled, bank-budget: the first N items of each "
                                                         "benchmark (the banked ones) choose its team; all --limit "
                                                         "are taught it.")] = None,
+    decision_weight: Annotated[float, typer.Option(help="Loss weight of the target tokens of the fields whose "
+                                                        "value differs between targets (1: all alike).")] = 1.0,
     policy: Annotated[str | None, typer.Option(help="Policy to fine-tune (HF dir); default SmolLM2-135M.")] = None,
     limit: Annotated[int, opt("limit", help="The first N training-split items (of each benchmark in a "
                                "mixture): the teacher writes their specs.")] = 200,
@@ -96,7 +98,7 @@ def sft_cmd(
                            data_dir=str(data_dir) if data_dir else None, seed=seed,
                            max_new_tokens=policy_max_tokens, cache=not no_cache, threads=threads, lora=lora,
                            verified=verified, teacher=teacher, serve_workers=serve_workers, prompt=prompt,
-                           bank_items=bank_items)
+                           bank_items=bank_items, decision_weight=decision_weight)
     with _progress(err_console) as bar:
         ids: dict[str, Any] = {}
 
@@ -106,6 +108,10 @@ def sft_cmd(
             bar.update(ids[phase], completed=done, total=total)
 
         report = asyncio.run(run_sft(settings, progress=progress))
+    _print_sft_report(console, report)
+
+
+def _print_sft_report(console: Any, report: dict[str, Any]) -> None:
     before = report["valid_rate_before"]
     console.print(f"examples {report['n_examples']} (teacher: {report['teacher_counts']})", markup=False)
     console.print(f"valid-spec rate without grammar on {report['n_eval']} held-out tasks: "

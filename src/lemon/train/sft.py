@@ -82,6 +82,9 @@ class SFTSettings:
     # ones) choose its team, and all `n_train` are taught it, unrun (None: every item is run, so all must be
     # banked or cost worker calls).
     bank_items: int | None = None
+    # Loss weight of the target tokens of the fields whose value differs between the targets (`decision_weights`:
+    # e.g. a gate's threshold chosen per benchmark); 1.0 weighs every token alike.
+    decision_weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,9 @@ TEACHERS = {"prompted": _prompted, "library": library_examples, "bank": bank_exa
             "bank-budget": partial(bank_examples, pooled="budget")}
 
 
+#: The largest `decision_weight`: beyond it the few decision tokens are nearly the whole loss, and the layout
+#: the policy must also write is no longer learnt.
+MAX_DECISION_WEIGHT = 100.0
 #: The teachers that choose one team per benchmark (and so take `bank_items`).
 POOLED_TEACHERS = ("bank-pooled", "bank-budget")
 
@@ -254,13 +260,29 @@ async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
     return await teacher(tasks, s, progress)
 
 
+def sft_rows(tokenizer: Any, eos: int, examples: Sequence[SFTExample], roles: RoleLibrary, levels: Sequence[str],
+             style: str, decision_weight: float) -> list[tuple[list[int], list[int], list[float]]]:
+    """(prompt ids, target ids + EOS, a loss weight per target token) of each example; the weights are
+    `decision_weight` on the fields whose value differs between the targets (`decision_weights`), else 1."""
+    from lemon.train.decision_weights import decision_kinds, decision_token_weights
+
+    kinds = decision_kinds([e.target for e in examples]) if decision_weight != 1.0 else frozenset()
+    rows = []
+    for e in examples:
+        target = list(tokenizer(e.target, add_special_tokens=False)["input_ids"])
+        weights = decision_token_weights(tokenizer, e.target, kinds, decision_weight) if kinds else [1.0] * len(target)
+        rows.append((chat_prompt_ids(tokenizer, policy_messages(e.prompt, roles, levels, style)), [*target, eos],
+                     [*weights, 1.0]))
+    return rows
+
+
 def finetune(model: Any, tokenizer: Any, examples: Sequence[SFTExample], roles: RoleLibrary,
              levels: Sequence[str], *, epochs: int, lr: float, batch_size: int, seed: int,
-             progress: Progress | None = None, style: str = "full") -> list[float]:
-    """Cross-entropy on the completion tokens only (target text + EOS); returns the mean loss per epoch."""
+             progress: Progress | None = None, style: str = "full", decision_weight: float = 1.0) -> list[float]:
+    """Cross-entropy on the completion tokens only (target text + EOS), each token weighted as `sft_rows` says;
+    returns the weighted mean loss per epoch (the plain mean at `decision_weight` 1)."""
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else min(eos_ids(model, tokenizer))
-    data = [(chat_prompt_ids(tokenizer, policy_messages(e.prompt, roles, levels, style)),
-             [*list(tokenizer(e.target, add_special_tokens=False)["input_ids"]), eos]) for e in examples]
+    data = sft_rows(tokenizer, eos, examples, roles, levels, style, decision_weight)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     rng = random.Random(seed)
@@ -271,25 +293,34 @@ def finetune(model: Any, tokenizer: Any, examples: Sequence[SFTExample], roles: 
     for _ in range(epochs):
         order = list(range(len(data)))
         rng.shuffle(order)
-        epoch_loss, epoch_tokens = 0.0, 0
+        epoch_loss, epoch_tokens = 0.0, 0.0
         for b in range(0, len(order), batch_size):
             rows = [data[i] for i in order[b:b + batch_size]]
             lp, mask, _ = batch_logprobs(model, [r[0] for r in rows], [r[1] for r in rows],
                                          tokenizer.pad_token_id)
-            n = mask.sum()
-            loss = -(lp * mask).sum() / n
+            weights = mask * _padded(rows, lp.shape[1]).to(lp.device)
+            n = weights.sum()
+            loss = -(lp * weights).sum() / n
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             epoch_loss += float(loss.detach()) * float(n)
-            epoch_tokens += int(n)
+            epoch_tokens += float(n)
             done += 1
             if progress is not None:
                 progress("finetune", done, total)
-        losses.append(epoch_loss / max(1, epoch_tokens))
+        losses.append(epoch_loss / max(1.0, epoch_tokens))
     model.eval()
     return losses
+
+
+def _padded(rows: Sequence[tuple[list[int], list[int], list[float]]], width: int) -> torch.Tensor:
+    """The rows' token weights [B, width], right-padded with 0 as `batch_logprobs` pads the completions."""
+    out = torch.zeros((len(rows), width))
+    for i, (_, _, w) in enumerate(rows):
+        out[i, :len(w)] = torch.tensor(w)
+    return out
 
 
 def _save_model(model: Any, tokenizer: Any, target: Path, style: str) -> None:
@@ -330,6 +361,9 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
     if s.bank_items is not None and (s.bank_items < 1 or s.teacher not in POOLED_TEACHERS):
         raise LemonError(f"--bank-items {s.bank_items}: give a count of at least 1, with --teacher "
                          f"{' or '.join(POOLED_TEACHERS)}")
+    if not 1.0 <= s.decision_weight <= MAX_DECISION_WEIGHT:
+        raise LemonError(f"--decision-weight {s.decision_weight}: give a weight from 1 (every token alike) to "
+                         f"{MAX_DECISION_WEIGHT:g}")
     if s.threads:
         torch.set_num_threads(s.threads)
     t0 = time.perf_counter()
@@ -354,7 +388,7 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
     if progress is not None:
         progress("eval-before", 1, 1)
     losses = finetune(model, tok, examples, roles, levels, epochs=s.epochs, lr=s.lr, batch_size=s.batch_size,
-                      seed=s.seed, progress=progress, style=s.prompt)
+                      seed=s.seed, progress=progress, style=s.prompt, decision_weight=s.decision_weight)
     after = valid_rate(model, tok, eval_tasks, roles, levels, max_new_tokens=s.max_new_tokens, style=s.prompt)
     _save_model(model, tok, s.out_dir / "model", s.prompt)
     report = {
