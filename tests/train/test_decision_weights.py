@@ -32,13 +32,13 @@ def test_the_decision_is_the_field_whose_value_differs_between_targets() -> None
 @pytest.mark.train
 def test_exactly_the_decision_tokens_carry_the_weight(tokenizer: Any) -> None:
     (text,) = _targets("gate-50")
-    weights = decision_token_weights(tokenizer, text, frozenset({"stop"}), 20.0)
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    ids, weights = decision_token_weights(tokenizer, text, frozenset({"stop"}), 20.0)
+    assert ids == tokenizer(text, add_special_tokens=False)["input_ids"]
     assert len(weights) == len(ids) and set(weights) == {1.0, 20.0}
     heavy = tokenizer.decode([t for t, w in zip(ids, weights, strict=True) if w == 20.0])
     assert "logprob: -50, agree: 2" in heavy and "math_solver" not in heavy
     assert sum(w == 20.0 for w in weights) < 20  # the rule, not the layout
-    assert decision_token_weights(tokenizer, text, frozenset(), 20.0) == [1.0] * len(ids)
+    assert decision_token_weights(tokenizer, text, frozenset(), 20.0) == (ids, [1.0] * len(ids))
 
 
 @pytest.mark.train

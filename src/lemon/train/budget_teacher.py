@@ -33,7 +33,6 @@ REFERENCE_TEAM = "sc-cot-5"
 #: prompt style's framing tokens around the task (`policy_prompt.PROMPT_STYLES`): what the policy reads, counted.
 TASK_CHARS_PER_TOKEN = 3.85
 FRAMING_TOKENS = {"terse": 22, "full": 179}
-TERSE_FRAMING_TOKENS = FRAMING_TOKENS["terse"]
 
 
 def budget_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[str, Spec]]:
@@ -44,20 +43,30 @@ def budget_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[s
     return bank_candidates(kind, roles, level) + gates
 
 
-def orchestration_tokens(task: TrainTask, spec: Spec, framing_tokens: float = TERSE_FRAMING_TOKENS) -> float:
+def orchestration_tokens(task: TrainTask, spec: Spec, framing_tokens: float = FRAMING_TOKENS["terse"]) -> float:
     """What the policy spends on `task` writing `spec`: the prompt it reads and the canonical spec it writes."""
-    return (len(task.prompt) / TASK_CHARS_PER_TOKEN + framing_tokens
-            + len(render_spec(spec).text) / SPEC_CHARS_PER_TOKEN)
+    return prompt_tokens(task, framing_tokens) + spec_tokens(spec)
+
+
+def prompt_tokens(task: TrainTask, framing_tokens: float) -> float:
+    """The policy's prompt on `task`: the task's text and the prompt style's framing."""
+    return len(task.prompt) / TASK_CHARS_PER_TOKEN + framing_tokens
+
+
+def spec_tokens(spec: Spec) -> float:
+    """The canonical spec the policy writes."""
+    return len(render_spec(spec).text) / SPEC_CHARS_PER_TOKEN
 
 
 def most_accurate_within(teams: Sequence[tuple[str, Spec]], runs: Sequence[tuple[TrainTask, Sequence[TeamOutcome]]],
-                         *, share: float = BUDGET_SHARE, framing_tokens: float = TERSE_FRAMING_TOKENS) -> int:
+                         *, share: float = BUDGET_SHARE, framing_tokens: float = FRAMING_TOKENS["terse"]) -> int:
     """A `verified.Chooser`: the most accurate team (mean success over the run tasks) whose mean cost, worker
     tokens plus `orchestration_tokens`, is at most `share` of `REFERENCE_TEAM`'s mean worker tokens; ties go to
     the cheaper. With none under the budget, the cheapest team, the nearest to the bar's cost."""
     labels = [label for label, _ in teams]
     reference = sum(r[labels.index(REFERENCE_TEAM)].tokens for _, r in runs) / len(runs)
-    cost = [sum(r[k].tokens + orchestration_tokens(t, spec, framing_tokens) for t, r in runs) / len(runs)
+    prompt = sum(prompt_tokens(t, framing_tokens) for t, _ in runs) / len(runs)  # the same for every team
+    cost = [sum(r[k].tokens for _, r in runs) / len(runs) + prompt + spec_tokens(spec)
             for k, (_, spec) in enumerate(teams)]
     accuracy = [sum(r[k].success for _, r in runs) / len(runs) for k in range(len(teams))]
     fits = [k for k in range(len(teams)) if cost[k] <= share * reference]

@@ -48,13 +48,17 @@ def decision_kinds(targets: Sequence[str]) -> frozenset[FieldKind]:
     return frozenset(k for k in kinds if len({values.get(k, ()) for values in per_target}) > 1)
 
 
-def decision_token_weights(tokenizer: Any, text: str, kinds: frozenset[FieldKind], weight: float) -> list[float]:
-    """One weight per token of `text` as SFT tokenises it (no special tokens): `weight` on the tokens that
-    overlap a field of `kinds`, 1.0 elsewhere (all 1.0 for a non-canonical text)."""
-    _, offsets = completion_offsets(tokenizer, text)
+def decision_token_weights(tokenizer: Any, text: str, kinds: frozenset[FieldKind],
+                           weight: float) -> tuple[list[int], list[float]]:
+    """`text`'s token ids as SFT tokenises it (no special tokens) and one weight per token: `weight` on the
+    tokens that overlap a field of `kinds`, 1.0 elsewhere (all 1.0 for a non-canonical text or no kinds)."""
+    if not kinds:  # no offsets needed (nor a fast tokenizer)
+        ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        return ids, [1.0] * len(ids)
+    ids, offsets = completion_offsets(tokenizer, text)
     weights = [1.0] * len(offsets)
     for span, kind in (field_spans(text) or {}).items():
         if kind in kinds:
             for i in char_span_to_token_indices(offsets, span):
                 weights[i] = weight
-    return weights
+    return ids, weights

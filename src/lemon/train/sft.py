@@ -269,8 +269,7 @@ def sft_rows(tokenizer: Any, eos: int, examples: Sequence[SFTExample], roles: Ro
     kinds = decision_kinds([e.target for e in examples]) if decision_weight != 1.0 else frozenset()
     rows = []
     for e in examples:
-        target = list(tokenizer(e.target, add_special_tokens=False)["input_ids"])
-        weights = decision_token_weights(tokenizer, e.target, kinds, decision_weight) if kinds else [1.0] * len(target)
+        target, weights = decision_token_weights(tokenizer, e.target, kinds, decision_weight)
         rows.append((chat_prompt_ids(tokenizer, policy_messages(e.prompt, roles, levels, style)), [*target, eos],
                      [*weights, 1.0]))
     return rows
