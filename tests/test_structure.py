@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-LAYERS = ("spec", "llm", "runtime", "orchestrator", "sandbox", "benchmarks", "evaluation", "train", "inspection",
+LAYERS = ("spec", "llm", "sandbox", "runtime", "orchestrator", "benchmarks", "evaluation", "train", "inspection",
           "cli")
 # Leaf modules anyone may import (they import nothing of LEMON but lemon.errors).
 LEAVES = {"lemon", "lemon.errors", "lemon.files", "lemon.paths", "lemon.seeds", "lemon.yamlfile"}

@@ -1,7 +1,7 @@
 """LEMON: learning executable multi-agent orchestration.
 
 The package folders are the pipeline, in import order (nothing imports "up"):
-spec -> llm -> runtime -> orchestrator -> sandbox -> benchmarks -> evaluation -> train -> inspection, with a
+spec -> llm -> sandbox -> runtime -> orchestrator -> benchmarks -> evaluation -> train -> inspection, with a
 thin cli on top.
 
 Importing LEMON sets ``OMP_WAIT_POLICY=PASSIVE`` unless it is already set; it has to happen before an OpenMP

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lemon.sandbox import runner as sandbox
-from lemon.sandbox.runner import SandboxError, run_program
+from lemon.sandbox.runner import SandboxError, run_program, run_script
 
 TIMEOUT_S = 2.0
 SLACK_S = 4.0  # process start-up on a slow, busy machine
@@ -174,3 +174,16 @@ def test_a_host_out_of_resources_is_an_error_for_that_check_only(monkeypatch: py
     monkeypatch.setattr(sandbox.os, "memfd_create", memfd_double)
     result = run_program("pass\n")
     assert result.status == "error" and "Too many open files" in result.detail
+
+
+def test_a_script_runs_as_main_and_its_output_comes_back(harness: None) -> None:
+    code = "def f():\n    return 6 * 7\n\nif __name__ == '__main__':\n    print('first')\n    print(f())\n"
+    result = run_script(code)
+    assert (result.status, result.stdout) == ("passed", "first\n42\n")
+
+
+def test_a_script_is_contained_as_a_program_is(harness: None) -> None:
+    result = run_script("import socket\nsocket.create_connection(('127.0.0.1', 9))\nprint('out')\n")
+    assert not result.passed and "out" not in result.stdout
+    looping = run_script("print('started', flush=True)\nwhile True:\n    pass\n", timeout_s=TIMEOUT_S)
+    assert looping.status == "timeout"

@@ -30,6 +30,10 @@ Shapes (every agent at the same `level` capacity; arrows point from a parent to 
 - `gate` (ours): `esc` behind a logprob gate, `stop: {agree: 2, logprob: GATE_LOGPROB}`: a voter whose reply
   the model was sure of (summed token log-probability >= the threshold) is taken alone, so an easy item costs
   one voter, not the two that agreement needs. Needs a pool whose levels can score replies (embedded).
+- `pot` and `pot-esc` (program of thought, number benchmarks only): `pot` is one `program_solver` agent,
+  whose reply is a Python program that the runtime runs in the sandbox for its answer
+  (`lemon.runtime.programs`); `pot-esc` is `esc` with program voters (stop once 2 of at most 5 agree). A
+  program costs a fraction of a prose solution's tokens (docs/results.md, "Program voters").
 - `chain`: `n` (default 3) agents in sequence: primary -> checker -> final (for n > 3, extra checkers
   are inserted before the final agent; n = 2 is primary -> final).
 - `tree`: `root` (first role: analysis / plan) fans out to two workers `worker_1`, `worker_2` (primary role,
@@ -68,7 +72,11 @@ TEAMS: dict[str, tuple[str, str, str, str]] = {
     "code": ("planner", "programmer", "tester", "final_decision_maker"),
 }
 
-DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "chain": 3, "complete": 4, "random": 4}
+#: The program-of-thought role per answer kind: only a number is what a program prints.
+PROGRAM_ROLES: dict[str, str] = {"number": "program_solver"}
+
+DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "pot-esc": 5, "chain": 3, "complete": 4,
+                             "random": 4}
 #: Adaptive-Consistency's default threshold on P(the leading answer is the majority) (Aggarwal et al. 2023).
 ASC_CONFIDENCE = 0.95
 #: The `gate` baseline's threshold (nats), chosen on the TRAIN banks (first 10 items of GSM8K and SVAMP
@@ -76,7 +84,7 @@ ASC_CONFIDENCE = 0.95
 #: threshold of the sweep whose pooled accuracy equals the 5-vote's (15/20; -40 lost one SVAMP item). Alone,
 #: GSM8K's train bank would take -40 and SVAMP's -30: the right value depends on the task.
 GATE_LOGPROB = -30
-_VOTES = ("sc-cot", "esc", "asc", "gate")  # the vote agent takes one of MAX_AGENTS
+_VOTES = ("sc-cot", "esc", "asc", "gate", "pot-esc")  # the vote agent takes one of MAX_AGENTS
 
 
 def _team(kind: str) -> tuple[str, str, str, str]:
@@ -122,6 +130,27 @@ def _asc(kind: str, level: str, n: int, seed: int) -> Spec:
 
 def _gate(kind: str, level: str, n: int, seed: int) -> Spec:
     return _stopping_vote(kind, level, n, StopRule(agree=2, logprob=GATE_LOGPROB))
+
+
+def _program_role(kind: str) -> str:
+    try:
+        return PROGRAM_ROLES[kind]
+    except KeyError:
+        raise LemonError(f"the program-of-thought baselines answer number benchmarks only, not {kind!r} ones; "
+                         "use cot or esc there") from None
+
+
+def _pot(kind: str, level: str, n: int, seed: int) -> Spec:
+    return Spec(agents=(Agent(name="solver", role=_program_role(kind), duty="", capacity=level),), output="solver")
+
+
+def _pot_esc(kind: str, level: str, n: int, seed: int) -> Spec:
+    """`esc` over program voters `pot_1..pot_n` (written order; the vote stops once 2 agree)."""
+    role = _program_role(kind)
+    workers = tuple(Agent(name=f"pot_{i}", role=role, duty="", capacity=level) for i in range(1, n + 1))
+    vote = Agent(name="vote", role="majority_vote", duty="", capacity=level,
+                 depends_on=tuple(a.name for a in workers), stop=StopRule(agree=2))
+    return Spec(agents=(*workers, vote), output="vote")
 
 
 def _chain(kind: str, level: str, n: int, seed: int) -> Spec:
@@ -200,11 +229,19 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
     "esc": _esc,
     "asc": _asc,
     "gate": _gate,
+    "pot": _pot,
+    "pot-esc": _pot_esc,
     "chain": _chain,
     "tree": _tree,
     "complete": _complete,
     "random": _random,
 }
+
+
+def supports(method: str, kind: str) -> bool:
+    """Whether baseline `method` has a spec for benchmarks whose answers are of `kind` (the program-of-thought
+    ones only for numbers)."""
+    return kind in PROGRAM_ROLES if method in ("pot", "pot-esc") else kind in TEAMS
 
 
 def method_names() -> tuple[str, ...]:

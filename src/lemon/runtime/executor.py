@@ -26,6 +26,7 @@ from typing import Literal, cast
 from lemon.errors import LemonError
 from lemon.llm.base import Backend, ChatRequest, GenParams, Message, Scorer, request_key
 from lemon.llm.pool import Pool
+from lemon.runtime import programs
 from lemon.runtime.budget import (
     Budget,
     BudgetExhausted,
@@ -269,6 +270,7 @@ class _Run:
     draw_order: tuple[int, ...] = ()  # which banked draw each agent of a role takes (`sample_slot`)
     trace: Trace = field(init=False)
     outputs: dict[str, str] = field(default_factory=dict)
+    replies: dict[str, str] = field(default_factory=dict)  # what each model wrote (a gate scores this)
     returns: dict[str, TraceEvent] = field(default_factory=dict)
     tokens: dict[str, AgentTokens] = field(default_factory=dict)
     spent_tokens: int = 0
@@ -418,7 +420,7 @@ class _Run:
             what = f"scoring agent {p!r} ({level}) for the stop rule of {agent.name!r}"
             async with self.ex._sem(level):
                 try:
-                    score = await asyncio.wait_for(cast(Scorer, backend).score(request, self.outputs[p]),
+                    score = await asyncio.wait_for(cast(Scorer, backend).score(request, self.replies[p]),
                                                    self.ex.budget.call_timeout_s)
                 except TimeoutError:
                     raise _Stop("timeout", f"{what} took longer than {self.ex.budget.call_timeout_s}s") from None
@@ -467,6 +469,7 @@ class _Run:
             votes = None
         hit = hit or out.llm_cached  # answered from a cache: the node cache (no call) or the LLM request cache
         self.outputs[agent.name] = out.text
+        self.replies[agent.name] = out.reply if out.reply is not None else out.text
         self.tokens[agent.name] = AgentTokens(prompt=out.prompt_tokens, completion=out.completion_tokens,
                                               capacity=agent.capacity, cached=hit, model=out.model)
         ret = self._emit("return", agent.name, tokens=out.tokens, cached=hit, content_ref=f"contents/{agent.name}",
@@ -521,6 +524,13 @@ class _Run:
                 self.llm_hits += 1
             else:
                 self.spent_tokens += c.total_tokens
+            if ex.roles[agent.role].kind == "program":  # its code runs as its level's calls do, bounded
+                async with ex._sem(agent.capacity):
+                    try:
+                        text = await programs.run_reply(c.text)
+                    except LemonError as exc:  # no sandbox on this machine: the run fails, loudly
+                        raise _Stop("error", f"agent {agent.name!r}: {exc}") from None
+                return NodeOutput(text, c.prompt_tokens, c.completion_tokens, c.model, c.cached, reply=c.text)
             return NodeOutput(c.text, c.prompt_tokens, c.completion_tokens, c.model, c.cached)
 
         spent: int | None = None

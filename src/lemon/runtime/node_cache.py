@@ -20,6 +20,7 @@ class NodeOutput:
     completion_tokens: int
     model: str
     llm_cached: bool = False
+    reply: str | None = None  # what the model wrote, where `text` adds to it (a program agent's result)
 
     @property
     def tokens(self) -> int:

@@ -9,6 +9,8 @@ Roles (config["role"]):
 
 - "program": run one module; the harness counts it passed iff it ran to the end (exit 0 and the marker on the
   verdict fd). The program is its own judge, so this is a containment test, not an unforgeable verdict.
+- "script": the same, run as `__main__` (a model-written program that computes an answer and prints it;
+  the harness reads its stdout back, `runner.run_script`).
 - "candidate": run model-written code, then answer calls of its entry point over a pipe, one JSON message
   per call, with values restricted to builtin types (`encode`/`decode`). It has no verdict channel.
 - "tests": run the upstream tests (prompt helpers + `check`) against a proxy that forwards each call to the
@@ -352,9 +354,11 @@ def _finish(verdict_fd: int, marker: str) -> None:
 
 
 def run_program(cfg: dict[str, Any]) -> None:
-    """Role "program": run the code as a module named `__candidate__` (its `__main__` block does not run)."""
+    """Role "program": run the code as a module named `__candidate__` (its `__main__` block does not run);
+    role "script": as `__main__`, as `python program.py` would."""
+    name = "__main__" if cfg["role"] == "script" else "__candidate__"
     try:
-        _exec(cfg["code"], "candidate.py", {"__name__": "__candidate__", "__builtins__": builtins})
+        _exec(cfg["code"], "candidate.py", {"__name__": name, "__builtins__": builtins})
     except BaseException as exc:
         _fail(exc)
     _finish(cfg["verdict_fd"], cfg["marker"])
@@ -432,7 +436,7 @@ def run_tests(cfg: dict[str, Any]) -> None:
 
 
 ROLES: dict[str, Callable[[dict[str, Any]], None]] = {
-    "program": run_program, "candidate": run_candidate, "tests": run_tests,
+    "program": run_program, "script": run_program, "candidate": run_candidate, "tests": run_tests,
 }
 
 

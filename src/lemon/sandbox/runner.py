@@ -36,7 +36,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -53,6 +53,7 @@ DEFAULT_FILE_BYTES = 10 << 20
 DEFAULT_TMP_BYTES = 64 << 20
 DEFAULT_MAX_TASKS = 32  # processes + threads per sandbox (ThreadPoolExecutor wants up to cpu_count + 4)
 MAX_DETAIL_CHARS = 2000
+MAX_STDOUT_CHARS = 4000
 NOBODY = 65534
 CHECK_UID_BASE = 0x40000000  # per-check uids, as root: far above any real account
 CHECK_UID_SPAN = 1 << 24
@@ -76,6 +77,7 @@ class SandboxResult:
     passed: bool
     status: Status
     detail: str
+    stdout: str = ""  # the tail of what the program printed (`run_script` only)
 
 
 @dataclass(frozen=True)
@@ -352,16 +354,17 @@ def _verdict(session: _Session, judge: _Proc, verdict: str, marker: str) -> Sand
     return SandboxResult(False, status, line or f"exit code {rc}")
 
 
-def _run_program(bwrap: str, code: str, limits: Limits) -> SandboxResult:
+def _run_program(bwrap: str, code: str, limits: Limits, role: str = "program") -> SandboxResult:
     marker = secrets.token_hex(16)
     with _Session(bwrap, limits) as session:
         verdict_r, verdict_w = session.pipe()
-        proc = session.spawn({"role": "program", "code": code, "verdict_fd": verdict_w, "marker": marker},
+        proc = session.spawn({"role": role, "code": code, "verdict_fd": verdict_w, "marker": marker},
                              (verdict_w,))
         session.close(verdict_w)
         if not session.wait(proc):
             return SandboxResult(False, "timeout", f"timed out after {limits.timeout_s:g} s (sandbox killed)")
-        return _verdict(session, proc, _read_verdict(verdict_r), marker)
+        result = _verdict(session, proc, _read_verdict(verdict_r), marker)
+        return replace(result, stdout=_tail(proc.out, MAX_STDOUT_CHARS)) if role == "script" else result
 
 
 @functools.cache
@@ -398,6 +401,16 @@ def run_program(
     try:
         return _run_program(bwrap, code, limits)
     except OSError as exc:  # out of fds, processes or memory on the host: this check errs, the run goes on
+        return _host_error(exc)
+
+
+def run_script(code: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> SandboxResult:
+    """Run `code` as `__main__` in one sandbox (default limits) and return what it printed (`stdout`, its last
+    MAX_STDOUT_CHARS): how a program-of-thought agent's code computes its answer (`lemon.runtime.programs`)."""
+    bwrap = sandbox()
+    try:
+        return _run_program(bwrap, code, Limits(timeout_s), role="script")
+    except OSError as exc:
         return _host_error(exc)
 
 

@@ -1,7 +1,8 @@
 """The role library: base roles as data files (`lemon/spec/roles/*.yaml`), not code.
 
-A role has a system prompt and a `kind`: `llm` agents call a model; `vote` agents are deterministic
-aggregators (majority vote over their parents' extracted answers) and make no model call.
+A role has a system prompt and a `kind`: `llm` agents call a model; `program` agents call a model for a Python
+program, which the runtime runs in the sandbox for their answer (`lemon.runtime.programs`); `vote` agents are
+deterministic aggregators (majority vote over their parents' extracted answers) and make no model call.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Literal
 from lemon.errors import ConfigError
 from lemon.yamlfile import load_yaml
 
-RoleKind = Literal["llm", "vote"]
+RoleKind = Literal["llm", "program", "vote"]
+ROLE_KINDS: tuple[str, ...] = ("llm", "program", "vote")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +47,8 @@ class RoleLibrary:
             if not isinstance(data, dict) or not {"name", "system_prompt"} <= data.keys():
                 raise ConfigError(f"role file {fname}: expected a mapping with 'name' and 'system_prompt'")
             kind = data.get("kind", "llm")
-            if kind not in ("llm", "vote"):
-                raise ConfigError(f"role file {fname}: kind must be 'llm' or 'vote', got {kind!r}")
+            if kind not in ROLE_KINDS:
+                raise ConfigError(f"role file {fname}: kind must be one of {', '.join(ROLE_KINDS)}, got {kind!r}")
             roles[data["name"]] = Role(
                 name=data["name"],
                 description=str(data.get("description", "")).strip(),
@@ -67,4 +69,7 @@ class RoleLibrary:
         return tuple(sorted(self._roles))
 
     def llm_role_names(self) -> tuple[str, ...]:
+        """The prose roles: those a prompted orchestrator and the full policy prompt list. Program roles are
+        left out so those prompts (and their cached requests) stay as they were measured; a spec may still
+        name one, and the bank teams and `pot` baselines do."""
         return tuple(n for n in self.names if self._roles[n].kind == "llm")
