@@ -35,8 +35,8 @@ def test_every_method_and_kind_validates(method: str, kind: str, roles: RoleLibr
 
 
 def test_expected_methods() -> None:
-    assert method_names() == ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "pot", "pot-esc", "chain", "tree",
-                              "complete", "random")
+    assert method_names() == ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "pot", "sc-pot", "pot-esc",
+                              "chain", "tree", "complete", "random")
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -119,6 +119,8 @@ def test_the_pot_baselines_are_number_only() -> None:
     spec = baseline_spec("pot-esc", "number", level="large")
     assert [a.role for a in spec.agents] == ["program_solver"] * 5 + ["majority_vote"]
     assert spec.agents[-1].stop == StopRule(agree=2)
+    full = baseline_spec("sc-pot", "number", level="large")  # the same voters: pot-esc's run is a prefix of it
+    assert full.agents[:-1] == spec.agents[:-1] and full.agents[-1].stop is None
     assert baseline_spec("pot", "number", level="large").agents[0].role == "program_solver"
     with pytest.raises(Exception, match="number benchmarks only"):
         baseline_spec("pot", "choice", level="large")

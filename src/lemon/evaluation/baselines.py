@@ -30,9 +30,10 @@ Shapes (every agent at the same `level` capacity; arrows point from a parent to 
 - `gate` (ours): `esc` behind a logprob gate, `stop: {agree: 2, logprob: GATE_LOGPROB}`: a voter whose reply
   the model was sure of (summed token log-probability >= the threshold) is taken alone, so an easy item costs
   one voter, not the two that agreement needs. Needs a pool whose levels can score replies (embedded).
-- `pot` and `pot-esc` (program of thought, number benchmarks only): `pot` is one `program_solver` agent,
-  whose reply is a Python program that the runtime runs in the sandbox for its answer
-  (`lemon.runtime.programs`); `pot-esc` is `esc` with program voters (stop once 2 of at most 5 agree). A
+- `pot`, `sc-pot` and `pot-esc` (program of thought, number benchmarks only): `pot` is one `program_solver`
+  agent, whose reply is a Python program that the runtime runs in the sandbox for its answer
+  (`lemon.runtime.programs`); `sc-pot` is sc-cot with program voters (PAL with a majority vote, 5 voters),
+  `pot-esc` is `esc` with program voters (stop once 2 of at most 5 agree). A
   program costs a fraction of a prose solution's tokens (docs/results.md, "Program voters").
 - `chain`: `n` (default 3) agents in sequence: primary -> checker -> final (for n > 3, extra checkers
   are inserted before the final agent; n = 2 is primary -> final).
@@ -75,8 +76,8 @@ TEAMS: dict[str, tuple[str, str, str, str]] = {
 #: The program-of-thought role per answer kind: only a number is what a program prints.
 PROGRAM_ROLES: dict[str, str] = {"number": "program_solver"}
 
-DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "pot-esc": 5, "chain": 3, "complete": 4,
-                             "random": 4}
+DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "sc-pot": 5, "pot-esc": 5, "chain": 3,
+                             "complete": 4, "random": 4}
 #: Adaptive-Consistency's default threshold on P(the leading answer is the majority) (Aggarwal et al. 2023).
 ASC_CONFIDENCE = 0.95
 #: The `gate` baseline's threshold (nats), chosen on the TRAIN banks (first 10 items of GSM8K and SVAMP
@@ -84,7 +85,7 @@ ASC_CONFIDENCE = 0.95
 #: threshold of the sweep whose pooled accuracy equals the 5-vote's (15/20; -40 lost one SVAMP item). Alone,
 #: GSM8K's train bank would take -40 and SVAMP's -30: the right value depends on the task.
 GATE_LOGPROB = -30
-_VOTES = ("sc-cot", "esc", "asc", "gate", "pot-esc")  # the vote agent takes one of MAX_AGENTS
+_VOTES = ("sc-cot", "esc", "asc", "gate", "sc-pot", "pot-esc")  # the vote agent takes one of MAX_AGENTS
 
 
 def _team(kind: str) -> tuple[str, str, str, str]:
@@ -144,13 +145,19 @@ def _pot(kind: str, level: str, n: int, seed: int) -> Spec:
     return Spec(agents=(Agent(name="solver", role=_program_role(kind), duty="", capacity=level),), output="solver")
 
 
-def _pot_esc(kind: str, level: str, n: int, seed: int) -> Spec:
-    """`esc` over program voters `pot_1..pot_n` (written order; the vote stops once 2 agree)."""
+def _sc_pot(kind: str, level: str, n: int, seed: int) -> Spec:
+    """Self-consistency over `n` program voters `pot_1..pot_n` (PAL with a majority vote)."""
     role = _program_role(kind)
     workers = tuple(Agent(name=f"pot_{i}", role=role, duty="", capacity=level) for i in range(1, n + 1))
-    vote = Agent(name="vote", role="majority_vote", duty="", capacity=level,
-                 depends_on=tuple(a.name for a in workers), stop=StopRule(agree=2))
+    vote = Agent(name="vote", role="majority_vote", duty="", capacity=level, depends_on=tuple(a.name for a in workers))
     return Spec(agents=(*workers, vote), output="vote")
+
+
+def _pot_esc(kind: str, level: str, n: int, seed: int) -> Spec:
+    """`sc-pot` whose vote stops once 2 voters agree (its voters are a prefix of sc-pot's: the same samples)."""
+    team = _sc_pot(kind, level, n, seed)
+    vote = team.agents[-1].model_copy(update={"stop": StopRule(agree=2)})
+    return team.model_copy(update={"agents": (*team.agents[:-1], vote)})
 
 
 def _chain(kind: str, level: str, n: int, seed: int) -> Spec:
@@ -230,6 +237,7 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
     "asc": _asc,
     "gate": _gate,
     "pot": _pot,
+    "sc-pot": _sc_pot,
     "pot-esc": _pot_esc,
     "chain": _chain,
     "tree": _tree,
@@ -241,7 +249,7 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
 def supports(method: str, kind: str) -> bool:
     """Whether baseline `method` has a spec for benchmarks whose answers are of `kind` (the program-of-thought
     ones only for numbers)."""
-    return kind in PROGRAM_ROLES if method in ("pot", "pot-esc") else kind in TEAMS
+    return kind in PROGRAM_ROLES if method in ("pot", "sc-pot", "pot-esc") else kind in TEAMS
 
 
 def method_names() -> tuple[str, ...]:
