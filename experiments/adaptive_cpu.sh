@@ -10,10 +10,13 @@
 # the bank is built over several working periods.
 #
 # Usage: LEMON_DATA_DIR=../shared/data bash experiments/adaptive_cpu.sh [STAGE ...]
-#   stages (default: bank singles anchors, in this order): bank singles anchors train-bank
+#   stages (default: bank singles anchors, in this order): bank singles anchors train-bank programs program-bank
 #   train-bank: the same 5 voters on the TRAIN splits of the training mixture (TRAIN_BENCHES), one seed, grown in
 #   steps of 10 items per benchmark up to TRAIN_LIMIT, so a partial bank is balanced across the mixture. The
 #   trainer's `workers.seeds: bank` draws exactly these samples (seed 0 of `lemon eval` on the train split).
+#   programs: pot-esc (program voters that stop once 2 agree) on the test items, seed 0 first; then program-bank:
+#   all 5 program voters (sc-pot) on the test items and, in steps of 10, on the TRAIN items of the mixture, so
+#   every program or mixed team is a bank hit as the prose teams are. A program voter takes ~10 s here.
 # Environment: STORE (default $LEMON_HOME/adaptive-cpu.sqlite), LIMIT (60), SEEDS (2), BENCHES ("svamp gsm8k"),
 # POOL (cpu), TRAIN_BENCHES ("gsm8k svamp multiarith"), TRAIN_LIMIT (40).
 set -euo pipefail
@@ -59,6 +62,17 @@ for stage in "${stages[@]}"; do
       for n in $(seq 10 10 "$train_limit"); do
         for bench in $train_benches; do SPLIT=train N_ITEMS="$n" evaluate "$bench" sc-cot --agents 5 --seeds 1; done
       done ;;
-    *) echo "unknown stage $stage (bank, singles, anchors, train-bank)" >&2; exit 2 ;;
+    programs)
+      for s in $(seq 1 "$seeds"); do
+        for bench in $benches; do evaluate "$bench" pot-esc --seeds "$s"; done
+      done ;;
+    program-bank)
+      for n in $(seq 10 10 "$train_limit"); do
+        for bench in $train_benches; do SPLIT=train N_ITEMS="$n" evaluate "$bench" sc-pot --agents 5 --seeds 1; done
+      done
+      for s in $(seq 1 "$seeds"); do
+        for bench in $benches; do evaluate "$bench" sc-pot --agents 5 --seeds "$s"; done
+      done ;;
+    *) echo "unknown stage $stage (bank, singles, anchors, train-bank, programs, program-bank)" >&2; exit 2 ;;
   esac
 done
