@@ -36,7 +36,7 @@ def test_every_method_and_kind_validates(method: str, kind: str, roles: RoleLibr
 
 def test_expected_methods() -> None:
     assert method_names() == ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "pot", "sc-pot", "pot-esc",
-                              "chain", "tree", "complete", "random")
+                              "mixed-esc", "chain", "tree", "complete", "random")
 
 
 @pytest.mark.parametrize("kind", KINDS)

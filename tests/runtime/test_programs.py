@@ -122,5 +122,10 @@ def test_the_pot_baselines_are_number_only() -> None:
     full = baseline_spec("sc-pot", "number", level="large")  # the same voters: pot-esc's run is a prefix of it
     assert full.agents[:-1] == spec.agents[:-1] and full.agents[-1].stop is None
     assert baseline_spec("pot", "number", level="large").agents[0].role == "program_solver"
+    mixed = baseline_spec("mixed-esc", "number", level="large")  # two programs first, then prose
+    assert [a.role for a in mixed.agents[:-1]] == ["program_solver"] * 2 + ["math_solver"] * 3
+    assert mixed.agents[:2] == spec.agents[:2] and mixed.agents[-1].stop == StopRule(agree=2)
+    with pytest.raises(Exception, match=r"n must be in \[3, "):
+        baseline_spec("mixed-esc", "number", level="large", n=2)
     with pytest.raises(Exception, match="number benchmarks only"):
         baseline_spec("pot", "choice", level="large")

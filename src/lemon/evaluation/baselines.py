@@ -33,7 +33,8 @@ Shapes (every agent at the same `level` capacity; arrows point from a parent to 
 - `pot`, `sc-pot` and `pot-esc` (program of thought, number benchmarks only): `pot` is one `program_solver`
   agent, whose reply is a Python program that the runtime runs in the sandbox for its answer
   (`lemon.runtime.programs`); `sc-pot` is sc-cot with program voters (PAL with a majority vote, 5 voters),
-  `pot-esc` is `esc` with program voters (stop once 2 of at most 5 agree). A
+  `pot-esc` is `esc` with program voters (stop once 2 of at most 5 agree); `mixed-esc` asks two program
+  voters, then CoT voters, and stops once 2 agree (prose breaks a tie between programs). A
   program costs a fraction of a prose solution's tokens (docs/results.md, "Program voters").
 - `chain`: `n` (default 3) agents in sequence: primary -> checker -> final (for n > 3, extra checkers
   are inserted before the final agent; n = 2 is primary -> final).
@@ -76,8 +77,8 @@ TEAMS: dict[str, tuple[str, str, str, str]] = {
 #: The program-of-thought role per answer kind: only a number is what a program prints.
 PROGRAM_ROLES: dict[str, str] = {"number": "program_solver"}
 
-DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "sc-pot": 5, "pot-esc": 5, "chain": 3,
-                             "complete": 4, "random": 4}
+DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "sc-pot": 5, "pot-esc": 5, "mixed-esc": 5,
+                             "chain": 3, "complete": 4, "random": 4}
 #: Adaptive-Consistency's default threshold on P(the leading answer is the majority) (Aggarwal et al. 2023).
 ASC_CONFIDENCE = 0.95
 #: The `gate` baseline's threshold (nats), chosen on the TRAIN banks (first 10 items of GSM8K and SVAMP
@@ -85,7 +86,7 @@ ASC_CONFIDENCE = 0.95
 #: threshold of the sweep whose pooled accuracy equals the 5-vote's (15/20; -40 lost one SVAMP item). Alone,
 #: GSM8K's train bank would take -40 and SVAMP's -30: the right value depends on the task.
 GATE_LOGPROB = -30
-_VOTES = ("sc-cot", "esc", "asc", "gate", "sc-pot", "pot-esc")  # the vote agent takes one of MAX_AGENTS
+_VOTES = ("sc-cot", "esc", "asc", "gate", "sc-pot", "pot-esc", "mixed-esc")  # the vote agent takes one of MAX_AGENTS
 
 
 def _team(kind: str) -> tuple[str, str, str, str]:
@@ -158,6 +159,18 @@ def _pot_esc(kind: str, level: str, n: int, seed: int) -> Spec:
     team = _sc_pot(kind, level, n, seed)
     vote = team.agents[-1].model_copy(update={"stop": StopRule(agree=2)})
     return team.model_copy(update={"agents": (*team.agents[:-1], vote)})
+
+
+def _mixed_esc(kind: str, level: str, n: int, seed: int) -> Spec:
+    """Two program voters, then `n - 2` CoT voters, in that order; the vote stops once 2 agree. Programs are
+    cheap, so an item whose two programs agree costs two programs; where they disagree, prose voters (whose
+    errors differ from a program's) break the tie. The voters are sc-pot's first two and sc-cot's first n - 2
+    (the same samples: ranks count per role)."""
+    programs = _sc_pot(kind, level, 2, seed).agents[:-1]
+    prose = _sc_cot(kind, level, n - 2, seed).agents[:-1]
+    vote = Agent(name="vote", role="majority_vote", duty="", capacity=level,
+                 depends_on=tuple(a.name for a in (*programs, *prose)), stop=StopRule(agree=2))
+    return Spec(agents=(*programs, *prose, vote), output="vote")
 
 
 def _chain(kind: str, level: str, n: int, seed: int) -> Spec:
@@ -239,6 +252,7 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
     "pot": _pot,
     "sc-pot": _sc_pot,
     "pot-esc": _pot_esc,
+    "mixed-esc": _mixed_esc,
     "chain": _chain,
     "tree": _tree,
     "complete": _complete,
@@ -249,7 +263,7 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
 def supports(method: str, kind: str) -> bool:
     """Whether baseline `method` has a spec for benchmarks whose answers are of `kind` (the program-of-thought
     ones only for numbers)."""
-    return kind in PROGRAM_ROLES if method in ("pot", "sc-pot", "pot-esc") else kind in TEAMS
+    return kind in PROGRAM_ROLES if method in ("pot", "sc-pot", "pot-esc", "mixed-esc") else kind in TEAMS
 
 
 def method_names() -> tuple[str, ...]:
@@ -273,6 +287,7 @@ def baseline_spec(method: str, kind: str, *, level: str, seed: int = 0, n: int |
         return builder(kind, level, 0, seed)
     n = DEFAULT_N[method] if n is None else n
     high = MAX_AGENTS - 1 if method in _VOTES else MAX_AGENTS  # the vote agent takes one slot
-    if not 2 <= n <= high:
-        raise LemonError(f"baseline {method!r}: n must be in [2, {high}], got {n}")
+    low = 3 if method == "mixed-esc" else 2  # two programs and at least one prose voter
+    if not low <= n <= high:
+        raise LemonError(f"baseline {method!r}: n must be in [{low}, {high}], got {n}")
     return builder(kind, level, n, seed)
