@@ -15,7 +15,7 @@
 # Every stage resumes: SFT is skipped once sft.json exists, training continues from its checkpoint, evaluation
 # from the store. Train and test are disjoint by construction (train vs test splits).
 # Usage: LEMON_DATA_DIR=../shared/data [STEPS=30] [N_TRAIN=40] [LIMIT=60] [SEEDS=2] [TRAIN_SEEDS="0 1"]
-#        [TEACHER=bank|bank-pooled|bank-budget] [PROMPT=full|terse] [BANK_ITEMS=20 (bank-pooled: choose on the banked
+#        [TEACHER=bank|bank-pooled|bank-budget|bank-budget-programs] [PROMPT=full|terse] [BANK_ITEMS=20 (bank-pooled: choose on the banked
 #        items, teach on all N_TRAIN)] [DECISION_WEIGHT=10 (SFT loss weight of the fields the targets differ
 #        in)] [N_EVAL=2] [EPOCHS=3]
 #        [ARMS="cf global"] [BENCHES="svamp gsm8k"] [STAGES="sft train eval report"] [STORE=...] [POOL=cpu]

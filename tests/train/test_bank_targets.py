@@ -21,7 +21,13 @@ from lemon.spec.model import Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.train.batch import group_worker_seed
-from lemon.train.budget_teacher import budget_candidates, most_accurate_within, orchestration_tokens
+from lemon.train.budget_teacher import (
+    PROGRAM_TEAMS,
+    budget_candidates,
+    most_accurate_within,
+    orchestration_tokens,
+    program_candidates,
+)
 from lemon.train.config import RewardConfig, WorkerConfig, load_train_config
 from lemon.train.rollout import RolloutSettings, draw_orders, score_group
 from lemon.train.tasks import TrainTask, load_train_tasks
@@ -89,13 +95,17 @@ async def test_a_train_bank_answers_every_banked_team_of_the_trainer_offline(tmp
 BANK_SEED = 11
 
 
-def _voter_double(right_draws: set[int], scores: dict[str, float] | None = None) -> ScriptedBackend:
+def _voter_double(right_draws: set[int], scores: dict[str, float] | None = None,
+                  program: str | None = None) -> ScriptedBackend:
     """A sampled worker (test double): the k-th banked draw (seed from slot `role#k`) answers 4 (right) when k
-    is in `right_draws`, else 7; replies score -5 (sure) or -80 by their answer, unless `scores` says otherwise."""
+    is in `right_draws`, else 7; replies score -5 (sure) or -80 by their answer, unless `scores` says otherwise.
+    A program agent (its system prompt asks for Python) gets `program`."""
     role = baseline_spec("cot", "number", level="large").agents[0].role
     draw_of = {derive_seed(BANK_SEED, f"{role}#{k}"): k for k in range(BANK_VOTERS)}
 
     def reply(request: ChatRequest) -> str:
+        if program is not None and "Python" in request.messages[0].content:
+            return program
         return f"Working.\nThe answer is {4 if draw_of[request.params.seed or 0] in right_draws else 7}."
 
     def score(request: ChatRequest, text: str) -> float:
@@ -222,3 +232,19 @@ async def test_the_budget_teacher_teaches_a_gate_where_sure_replies_are_the_righ
     assert label.startswith("gate") and won == {label: 1}
     stops = [a.stop for a in spec.agents if a.stop is not None]
     assert len(stops) == 1 and stops[0].logprob is not None and stops[0].logprob <= -5
+
+
+async def test_the_programs_teacher_teaches_a_program_team_where_programs_are_right_and_cheap() -> None:
+    """Through the bank, with the real sandbox: prose voters are right in 1 of 5 draws, every program voter
+    writes a short program that prints the right answer. On the programs menu the budgeted teacher teaches a
+    program team; on the prose menu it cannot (the test fails if the programs are not on the menu)."""
+    double = _voter_double({0}, program="```python\nprint(2 + 2)\n```")
+    choose = partial(most_accurate_within, share=0.5)
+    taught = {}
+    for menu in (program_candidates, budget_candidates):
+        targets, _ = await pooled_bank_targets([_task()], _executor(double), reward=RewardConfig(), orders=4,
+                                               menu=menu, choose=choose)
+        (_, taught[menu], spec), = targets
+        if menu is program_candidates:
+            assert spec.agents[0].role == "program_solver"
+    assert taught[program_candidates] in PROGRAM_TEAMS and taught[budget_candidates] not in PROGRAM_TEAMS

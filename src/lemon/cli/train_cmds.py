@@ -33,7 +33,8 @@ TEACHER_HELP = ("prompted: the prompted orchestrator at --teacher-level writes e
                 "call); bank: per task the best of the teams a sample bank answers (one CoT agent, votes of 3 and "
                 "5, stopping votes), at the strongest level; bank-pooled: per benchmark the one with the best mean "
                 "expected reward; bank-budget: per benchmark the most accurate one, logprob gates included, at "
-                "<= 50 % of the 5-vote's tokens (the policy's prompt and spec counted).")
+                "<= 50 % of the 5-vote's tokens (the policy's prompt and spec counted); bank-budget-programs: the "
+                "same with the program-of-thought teams (pot, pot-esc, mixed-esc) on the menu.")
 
 
 def _need_train_extra() -> None:
@@ -61,7 +62,7 @@ def sft_cmd(
     teacher: Annotated[str, typer.Option(help=TEACHER_HELP)] = "prompted",
     prompt: Annotated[str, typer.Option(help="The policy's prompt: full (roles, levels and an example) or "
                                              "terse (the task alone, ~40 % of the tokens).")] = "full",
-    bank_items: Annotated[int | None, typer.Option(help="bank-pooled, bank-budget: the first N items of each "
+    bank_items: Annotated[int | None, typer.Option(help="The pooled bank teachers: the first N items of each "
                                                         "benchmark (the banked ones) choose its team; all --limit "
                                                         "are taught it.")] = None,
     decision_weight: Annotated[float, typer.Option(help="Loss weight of the target tokens of the fields whose "

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lemon.evaluation.bank import vote_team
-from lemon.evaluation.baselines import GATE_LOGPROB
+from lemon.evaluation.baselines import GATE_LOGPROB, baseline_spec, supports
 from lemon.spec.model import Spec, StopRule
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -41,6 +41,18 @@ def budget_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[s
     gates = [(f"gate{t}", vote_team(kind, level, 5, StopRule(agree=2, logprob=t)))
              for t in GATE_MENU if t != GATE_LOGPROB]
     return bank_candidates(kind, roles, level) + gates
+
+
+#: The program-of-thought teams (`evaluation.baselines`) the `bank-budget-programs` teacher adds to the menu: one
+#: program agent, program voters that stop once 2 agree, and two programs with prose voters as tie-breakers.
+#: Number benchmarks only; banked by `experiments/adaptive_cpu.sh program-bank` (else run live).
+PROGRAM_TEAMS = ("pot", "pot-esc", "mixed-esc")
+
+
+def program_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[str, Spec]]:
+    """`budget_candidates` and `PROGRAM_TEAMS` at `level` where the answer kind has them."""
+    programs = [(name, baseline_spec(name, kind, level=level)) for name in PROGRAM_TEAMS if supports(name, kind)]
+    return budget_candidates(kind, roles, level) + programs
 
 
 def orchestration_tokens(task: TrainTask, spec: Spec, framing_tokens: float = FRAMING_TOKENS["terse"]) -> float:

@@ -190,7 +190,8 @@ async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings, progress: Pr
                         pooled: str | None = None) -> tuple[list[SFTExample], dict[str, int]]:
     """SFT examples from `verified.bank_targets` (the best banked team per task) or a pooled teacher (one team a
     benchmark, chosen on the first `s.bank_items` tasks of each): `reward`, `verified.pooled_bank_targets`'s
-    best mean reward; `budget`, `budget_teacher`'s most accurate team under the bar's token share. No worker
+    best mean reward; `budget`, `budget_teacher`'s most accurate team under the bar's token share;
+    `budget-programs`, the same over a menu with the program-of-thought teams (`PROGRAM_TEAMS`). No worker
     call where the sample bank (`experiments/adaptive_cpu.sh train-bank`) holds the task."""
     from lemon.llm.pools import load_pool
     from lemon.train.config import load_train_config
@@ -213,9 +214,9 @@ def _pooled_choice(pooled: str, prompt_style: str) -> dict[str, Any]:
     """The menu and chooser of a pooled teacher (`pooled_bank_targets`' keywords): its defaults for `reward`."""
     if pooled == "reward":
         return {}
-    from lemon.train.budget_teacher import FRAMING_TOKENS, budget_candidates, most_accurate_within
+    from lemon.train.budget_teacher import FRAMING_TOKENS, budget_candidates, most_accurate_within, program_candidates
 
-    return {"menu": budget_candidates,
+    return {"menu": program_candidates if pooled == "budget-programs" else budget_candidates,
             "choose": partial(most_accurate_within, framing_tokens=FRAMING_TOKENS[prompt_style])}
 
 
@@ -240,14 +241,15 @@ async def _prompted(tasks: Sequence[TrainTask], s: SFTSettings,
 #: The SFT teachers: a new one is a function of (tasks, settings, progress) and an entry here.
 TEACHERS = {"prompted": _prompted, "library": library_examples, "bank": bank_examples,
             "bank-pooled": partial(bank_examples, pooled="reward"),
-            "bank-budget": partial(bank_examples, pooled="budget")}
+            "bank-budget": partial(bank_examples, pooled="budget"),
+            "bank-budget-programs": partial(bank_examples, pooled="budget-programs")}
 
 
 #: The largest `decision_weight`: beyond it the few decision tokens are nearly the whole loss, and the layout
 #: the policy must also write is no longer learnt.
 MAX_DECISION_WEIGHT = 100.0
 #: The teachers that choose one team per benchmark (and so take `bank_items`).
-POOLED_TEACHERS = ("bank-pooled", "bank-budget")
+POOLED_TEACHERS = ("bank-pooled", "bank-budget", "bank-budget-programs")
 
 
 async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
