@@ -8,8 +8,11 @@ is exactly what `lemon eval` would give it, at no model call; a request the bank
 Also printed: the per-item oracle (the cheapest team that is right on each item, else the cheapest team), an
 upper bound on what choosing a team per item can reach with these teams, and how the stopping point of
 `agree 2 of 5` tracks item difficulty (the share of the 5 voters that are wrong).
+With `--mixed P PCCCC ...`: also teams of program (P) and prose CoT (C) voters in that written order, which stop
+once 2 agree (one letter: that one agent); the k-th program voter is sc-pot's k-th (`adaptive_cpu.sh programs`,
+`program-bank`, or `lemon eval --method pot` bank it), so an order the program bank lacks needs `--online`.
 Usage: python experiments/stop_rules_table.py [--store S] [--benchmarks svamp gsm8k] [--level large] [--pool cpu]
-       [--json F] [--seeds N] [--split test|train] [--online] [--orders N] [--spec-tokens N]
+       [--json F] [--seeds N] [--split test|train] [--online] [--orders N] [--spec-tokens N] [--mixed ORDER ...]
 """
 
 from __future__ import annotations
@@ -24,14 +27,15 @@ from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
 from lemon.evaluation.bank import bank_keys, vote_team
-from lemon.evaluation.baselines import GATE_LOGPROB
+from lemon.evaluation.baselines import COT_DUTY, GATE_LOGPROB, PROGRAM_ROLES
+from lemon.evaluation.baselines import TEAMS as BASE_TEAMS
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.report import mcnemar_exact
 from lemon.evaluation.store import ResultsStore
 from lemon.llm.pools import load_pool
 from lemon.paths import lemon_home
 from lemon.runtime import Executor
-from lemon.spec.model import StopRule
+from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.roles import RoleLibrary
 from lemon.train.budget_teacher import GATE_MENU
 from lemon.train.config import RewardConfig
@@ -60,6 +64,24 @@ TEAMS: dict[str, tuple[int, StopRule | None]] = {
 }
 
 
+def mixed_team(kind: str, level: str, order: str) -> Spec:
+    """Program (P) and CoT (C) voters at `level` in written `order`, and a vote that stops once 2 agree; one
+    letter alone is that one agent. The k-th voter of each role draws that role's k-th banked sample."""
+    counts = {"P": 0, "C": 0}
+    agents = []
+    for letter in order:
+        counts[letter] += 1
+        if letter == "P":
+            agents.append(Agent(name=f"pot_{counts['P']}", role=PROGRAM_ROLES[kind], duty="", capacity=level))
+        else:
+            agents.append(Agent(name=f"cot_{counts['C']}", role=BASE_TEAMS[kind][1], duty=COT_DUTY, capacity=level))
+    if len(agents) == 1:
+        return Spec(agents=tuple(agents), output=agents[0].name)
+    vote = Agent(name="vote", role="majority_vote", capacity=level, depends_on=tuple(a.name for a in agents),
+                 stop=StopRule(agree=2))
+    return Spec(agents=(*agents, vote), output="vote")
+
+
 @dataclass
 class Outcome:
     """Per (item, seed): right or not (with `--orders`, the share of draw orders that were right), worker
@@ -75,7 +97,7 @@ Replay = tuple[dict[str, "Outcome"], dict[tuple[str, int], int]]
 
 async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str = "cpu",
                  seeds: int | None = None, *, split: str = "test", online: bool = False,
-                 orders: int = 1) -> Replay:
+                 orders: int = 1, mixed: tuple[str, ...] = ()) -> Replay:
     """Every team of TEAMS on every (item, seed) the bank holds, through an offline pool, in `orders` orders of
     the banked draws (`lemon.train.rollout.draw_orders`, the bank teacher's and the trainer's); and per pair,
     how many of the 5 voters are wrong on their own (the item's difficulty)."""
@@ -88,7 +110,8 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
     executor = Executor(pool, roles, params=params)
     items = {str(i.id): i for i in load_split(benchmark, split)}
     specs = {name: vote_team(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()}
-    out = {name: Outcome() for name in TEAMS}
+    specs |= {f"mixed {order}": mixed_team(task.kind, level, order) for order in mixed}
+    out = {name: Outcome() for name in specs}
     wrong: dict[tuple[str, int], int] = {}
     for item_id, seed in sorted(keys):
         item, key = items[item_id], (item_id, seed)
@@ -192,6 +215,12 @@ def difficulty_lines(esc: Outcome, wrong: dict[tuple[str, int], int]) -> list[st
     return ["| voters wrong | pairs | voters agree-2-of-5 ran |", "|---|---|---|", *rows, ""]
 
 
+def _order(text: str) -> str:
+    if not text or set(text) - {"P", "C"} or len(text) > 5:
+        raise argparse.ArgumentTypeError(f"an order is 1 to 5 letters P (program) or C (CoT), got {text!r}")
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, default=lemon_home() / "adaptive-cpu.sqlite")
@@ -211,12 +240,15 @@ def main() -> None:
                     help="a policy's own tokens per item for the bar (170: a GSM8K task, ~97 tokens under SmolLM2's "
                          "tokenizer, read with a line of framing, and a 53-token flow-style spec; the pooled-SFT "
                          "policy of docs/results.md spends 343-360)")
+    ap.add_argument("--mixed", nargs="*", default=[], type=_order,
+                    help="also these orders of program (P) and CoT (C) voters, stopping once 2 agree (e.g. PCCCC)")
     args = ap.parse_args()
     dump: dict[str, object] = {}
     with ResultsStore(args.store) as store:
         for bench in args.benchmarks:
             outcomes, wrong = asyncio.run(replay(bench, args.level, store, args.pool, args.seeds, split=args.split,
-                                                 online=args.online, orders=args.orders))
+                                                 online=args.online, orders=args.orders,
+                                                 mixed=tuple(args.mixed)))
             print("\n".join(table(f"{bench} `{args.split}`", outcomes, wrong)))
             for spec_tokens in sorted({0, args.spec_tokens}):
                 print("\n".join(bar_lines(outcomes, spec_tokens)))

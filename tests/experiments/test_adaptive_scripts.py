@@ -37,6 +37,15 @@ def test_the_bank_then_the_anchors_then_the_offline_table(tmp_path: Path, data_d
     assert "svamp `test`: 2 (item, seed) pairs (seed 0: 2 items)" in table.stdout
     assert "| agree 2 of 5 (esc) |" in table.stdout and "| per-item oracle (upper bound) |" in table.stdout
     assert "| sure -30 + agree 2 of 5 |" in table.stdout  # its scores banked by the anchors' `gate`
+    # program voters: `programs` banks pot-esc's, then mixed orders replay offline (a P voter the bank lacks
+    # would be an error), each program run in the real sandbox
+    programs = subprocess.run(["bash", str(ROOT / "experiments" / "adaptive_cpu.sh"), "programs"], env=env,
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert programs.returncode == 0 and "--method pot-esc " in log + (tmp_path / "s.sqlite.runs.log").read_text()
+    mixed = subprocess.run([*table.args, "--mixed", "P", "PCCCC", "CPCCC"], env=env, capture_output=True,
+                           text=True, timeout=300, cwd=ROOT)
+    assert mixed.returncode == 0, mixed.stderr[-2000:]
+    assert all(f"| mixed {o} |" in mixed.stdout for o in ("P", "PCCCC", "CPCCC"))
 
 
 def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, data_dir: Path) -> None:
