@@ -26,16 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
-from lemon.evaluation.bank import bank_keys, vote_team
-from lemon.evaluation.baselines import COT_DUTY, GATE_LOGPROB, PROGRAM_ROLES
-from lemon.evaluation.baselines import TEAMS as BASE_TEAMS
+from lemon.evaluation.bank import bank_keys, vote_team, voter_team
+from lemon.evaluation.baselines import GATE_LOGPROB
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.report import mcnemar_exact
 from lemon.evaluation.store import ResultsStore
 from lemon.llm.pools import load_pool
 from lemon.paths import lemon_home
 from lemon.runtime import Executor
-from lemon.spec.model import Agent, Spec, StopRule
+from lemon.spec.model import StopRule
 from lemon.spec.roles import RoleLibrary
 from lemon.train.budget_teacher import GATE_MENU
 from lemon.train.config import RewardConfig
@@ -62,24 +61,6 @@ TEAMS: dict[str, tuple[int, StopRule | None]] = {
     # missing ones on the real pool (one teacher-forced pass per voter, no worker call: the samples are banked).
     **{f"sure {t} + agree 2 of 5": (5, StopRule(logprob=t, agree=2)) for t in GATES},
 }
-
-
-def mixed_team(kind: str, level: str, order: str) -> Spec:
-    """Program (P) and CoT (C) voters at `level` in written `order`, and a vote that stops once 2 agree; one
-    letter alone is that one agent. The k-th voter of each role draws that role's k-th banked sample."""
-    counts = {"P": 0, "C": 0}
-    agents = []
-    for letter in order:
-        counts[letter] += 1
-        if letter == "P":
-            agents.append(Agent(name=f"pot_{counts['P']}", role=PROGRAM_ROLES[kind], duty="", capacity=level))
-        else:
-            agents.append(Agent(name=f"cot_{counts['C']}", role=BASE_TEAMS[kind][1], duty=COT_DUTY, capacity=level))
-    if len(agents) == 1:
-        return Spec(agents=tuple(agents), output=agents[0].name)
-    vote = Agent(name="vote", role="majority_vote", capacity=level, depends_on=tuple(a.name for a in agents),
-                 stop=StopRule(agree=2))
-    return Spec(agents=(*agents, vote), output="vote")
 
 
 @dataclass
@@ -110,7 +91,7 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
     executor = Executor(pool, roles, params=params)
     items = {str(i.id): i for i in load_split(benchmark, split)}
     specs = {name: vote_team(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()}
-    specs |= {f"mixed {order}": mixed_team(task.kind, level, order) for order in mixed}
+    specs |= {f"mixed {order}": voter_team(task.kind, level, order) for order in mixed}
     out = {name: Outcome() for name in specs}
     wrong: dict[tuple[str, int], int] = {}
     for item_id, seed in sorted(keys):
@@ -216,8 +197,10 @@ def difficulty_lines(esc: Outcome, wrong: dict[tuple[str, int], int]) -> list[st
 
 
 def _order(text: str) -> str:
-    if not text or set(text) - {"P", "C"} or len(text) > 5:
-        raise argparse.ArgumentTypeError(f"an order is 1 to 5 letters P (program) or C (CoT), got {text!r}")
+    try:
+        voter_team("number", "large", text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 

@@ -13,10 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lemon.benchmarks.extract import extract_number
+from lemon.evaluation.bank import voter_team
 from lemon.evaluation.baselines import baseline_spec
 from lemon.llm.base import ChatRequest
 from lemon.llm.scripted import ScriptedBackend, count_tokens
 from lemon.runtime import Executor, NodeCache, programs
+from lemon.runtime.executor import sample_slot
 from lemon.sandbox.runner import SandboxResult
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.roles import RoleLibrary
@@ -129,3 +131,23 @@ def test_the_pot_baselines_are_number_only() -> None:
         baseline_spec("mixed-esc", "number", level="large", n=2)
     with pytest.raises(Exception, match="number benchmarks only"):
         baseline_spec("pot", "choice", level="large")
+
+
+@given(order=st.text(alphabet="PC", min_size=2, max_size=5))
+def test_a_written_order_draws_each_roles_banked_samples_in_rank(order: str) -> None:
+    """The k-th program (prose) voter of any order is the k-th of sc-pot's (sc-cot's): the same banked draw."""
+    team = voter_team("number", "large", order)
+    for agent in team.agents[:-1]:
+        pool = baseline_spec("sc-pot" if agent.role == "program_solver" else "sc-cot", "number", level="large")
+        rank = int(sample_slot(team, agent.name).split("#")[1])
+        assert agent.model_dump(exclude={"name"}) == pool.agents[rank].model_dump(exclude={"name"})
+    assert team.agents[-1].stop == StopRule(agree=2)
+
+
+def test_the_named_program_teams_are_written_orders() -> None:
+    for method, order in (("pot-esc", "PPPPP"), ("mixed-esc", "PPCCC")):
+        assert voter_team("number", "large", order) == baseline_spec(method, "number", level="large")
+    with pytest.raises(ValueError, match=r"letters P .* or C"):
+        voter_team("number", "large", "PXC")
+    with pytest.raises(ValueError, match="number benchmarks only"):
+        voter_team("choice", "large", "PC")

@@ -34,7 +34,7 @@ TEACHER_HELP = ("prompted: the prompted orchestrator at --teacher-level writes e
                 "5, stopping votes), at the strongest level; bank-pooled: per benchmark the one with the best mean "
                 "expected reward; bank-budget: per benchmark the most accurate one, logprob gates included, at "
                 "<= 50 % of the 5-vote's tokens (the policy's prompt and spec counted); bank-budget-programs: the "
-                "same with the program-of-thought teams (pot, pot-esc, mixed-esc) on the menu.")
+                "same with program voters on the menu (one program agent; programs and CoT voters in five orders).")
 
 
 def _need_train_extra() -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lemon.evaluation.bank import vote_team
-from lemon.evaluation.baselines import GATE_LOGPROB, baseline_spec, supports
+from lemon.evaluation.bank import vote_team, voter_team
+from lemon.evaluation.baselines import GATE_LOGPROB, PROGRAM_ROLES
 from lemon.spec.model import Spec, StopRule
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -43,15 +43,16 @@ def budget_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[s
     return bank_candidates(kind, roles, level) + gates
 
 
-#: The program-of-thought teams (`evaluation.baselines`) the `bank-budget-programs` teacher adds to the menu: one
-#: program agent, program voters that stop once 2 agree, and two programs with prose voters as tie-breakers.
-#: Number benchmarks only; banked by `experiments/adaptive_cpu.sh program-bank` (else run live).
-PROGRAM_TEAMS = ("pot", "pot-esc", "mixed-esc")
+#: The teams with program voters the `bank-budget-programs` teacher adds to the menu, as written orders of
+#: program (P) and CoT (C) voters that stop once 2 agree (`evaluation.bank.voter_team`): one program agent
+#: (`pot`), program voters (`pot-esc`), two programs then prose (`mixed-esc`), and one program before or after
+#: the first prose voter. Number benchmarks only; banked by `experiments/adaptive_cpu.sh program-bank`.
+PROGRAM_TEAMS = ("P", "PPPPP", "PPCCC", "PCCCC", "CPCCC")
 
 
 def program_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[str, Spec]]:
-    """`budget_candidates` and `PROGRAM_TEAMS` at `level` where the answer kind has them."""
-    programs = [(name, baseline_spec(name, kind, level=level)) for name in PROGRAM_TEAMS if supports(name, kind)]
+    """`budget_candidates` and `PROGRAM_TEAMS` at `level` where the answer kind has program voters."""
+    programs = [(order, voter_team(kind, level, order)) for order in PROGRAM_TEAMS] if kind in PROGRAM_ROLES else []
     return budget_candidates(kind, roles, level) + programs
 
 
