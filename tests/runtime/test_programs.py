@@ -151,3 +151,8 @@ def test_the_named_program_teams_are_written_orders() -> None:
         voter_team("number", "large", "PXC")
     with pytest.raises(ValueError, match="number benchmarks only"):
         voter_team("choice", "large", "PC")
+
+
+def test_a_flood_of_output_leaves_a_short_answer() -> None:
+    out = programs.with_result("r", SandboxResult(True, "passed", "", stdout="noise\n" + "7" * 5000 + "\n"))
+    assert out.endswith("The answer is " + "7" * programs.MAX_ANSWER_CHARS + ".")

@@ -20,6 +20,8 @@ from lemon.sandbox.runner import SandboxResult, run_script
 
 #: Seconds a program may run: arithmetic for a word problem takes milliseconds; a loop that runs away is cut.
 PROGRAM_TIMEOUT_S = 5.0
+#: Characters of the program's last printed line kept as its answer.
+MAX_ANSWER_CHARS = 200
 _CODE_BLOCK = re.compile(r"```(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 _NOT_A_WORD = re.compile(r"[^A-Za-z ]+")
 
@@ -40,7 +42,8 @@ def with_result(reply: str, result: SandboxResult | None) -> str:
     lines = [ln.strip() for ln in result.stdout.splitlines() if ln.strip()]
     if not lines:
         return f"{reply}\n\n(the program printed nothing)"
-    return f"{reply}\n\nProgram output: {lines[-1]}\nThe answer is {lines[-1]}."
+    last = lines[-1][:MAX_ANSWER_CHARS]  # an answer, not a flood: what later agents read stays small
+    return f"{reply}\n\nProgram output: {last}\nThe answer is {last}."
 
 
 async def run_reply(reply: str, timeout_s: float = PROGRAM_TIMEOUT_S) -> str:
