@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
-from lemon.evaluation.bank import bank_keys, vote_team, voter_team
-from lemon.evaluation.baselines import GATE_LOGPROB
+from lemon.evaluation.bank import bank_keys, vote_team
+from lemon.evaluation.baselines import GATE_LOGPROB, voter_team
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.report import mcnemar_exact
 from lemon.evaluation.store import ResultsStore

@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lemon.benchmarks.extract import extract_number
-from lemon.evaluation.bank import voter_team
-from lemon.evaluation.baselines import baseline_spec
+from lemon.evaluation.baselines import baseline_spec, voter_team
 from lemon.llm.base import ChatRequest
 from lemon.llm.scripted import ScriptedBackend, count_tokens
 from lemon.runtime import Executor, NodeCache, programs

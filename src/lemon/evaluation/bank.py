@@ -3,17 +3,17 @@
 A 5-voter sc-cot evaluation at one level (`experiments/adaptive_cpu.sh bank`, `train-bank`) fills the LLM
 cache with 5 draws per (item, seed); every vote or stop-rule team over a prefix of those voters is then
 answered from the cache (`runtime.executor.sample_slot`). Program voters are banked the same way (sc-pot), and
-`voter_team` writes teams that mix them with prose voters in a given order. The bank teacher
+`baselines.voter_team` writes teams that mix them with prose voters in a given order. The bank teacher
 (`lemon.train.verified`) and the replay scripts (`experiments/stop_rules_table.py`,
 `experiments/answer_confidence.py`) build those teams and find those pairs here, one way.
 """
 
 from __future__ import annotations
 
-from lemon.evaluation.baselines import COT_DUTY, PROGRAM_ROLES, TEAMS, baseline_spec
+from lemon.evaluation.baselines import baseline_spec
 from lemon.evaluation.item import WORKER_SEEDS
 from lemon.evaluation.store import ResultsStore, RunInfo
-from lemon.spec.model import Agent, Spec, StopRule
+from lemon.spec.model import Spec, StopRule
 
 #: Voters per (item, seed) the bank holds.
 BANK_VOTERS = 5
@@ -27,25 +27,6 @@ def vote_team(kind: str, level: str, voters: int, rule: StopRule | None = None) 
     spec = baseline_spec("sc-cot", kind, level=level, n=voters)
     vote = spec.agents[-1].model_copy(update={"stop": rule})
     return spec.model_copy(update={"agents": (*spec.agents[:-1], vote)})
-
-
-def voter_team(kind: str, level: str, order: str) -> Spec:
-    """Program (P) and prose CoT (C) voters at `level` in written `order` ("PCCCC": a program, then four CoT
-    voters), and a vote that stops once 2 agree; one letter alone is that one agent. The k-th voter of each role
-    is that role's k-th banked draw: `PPPPP` is `pot-esc`, `PPCCC` is `mixed-esc`, `C` is `cot`'s request.
-    A `ValueError` names a bad order (letters other than P and C, or more than `BANK_VOTERS`)."""
-    if not order or set(order) - {"P", "C"} or len(order) > BANK_VOTERS:
-        raise ValueError(f"an order is 1 to {BANK_VOTERS} letters P (program) or C (CoT), got {order!r}")
-    roles = {"P": (PROGRAM_ROLES.get(kind), "pot", ""), "C": (TEAMS[kind][1], "cot", COT_DUTY)}
-    if "P" in order and roles["P"][0] is None:
-        raise ValueError(f"program voters answer number benchmarks only, not {kind!r} ones")
-    agents = [Agent(name=f"{roles[x][1]}_{order[:i + 1].count(x)}", role=str(roles[x][0]), duty=roles[x][2],
-                    capacity=level) for i, x in enumerate(order)]
-    if len(agents) == 1:
-        return Spec(agents=tuple(agents), output=agents[0].name)
-    vote = Agent(name="vote", role="majority_vote", capacity=level, depends_on=tuple(a.name for a in agents),
-                 stop=StopRule(agree=2))
-    return Spec(agents=(*agents, vote), output="vote")
 
 
 def is_bank_run(run: RunInfo) -> bool:

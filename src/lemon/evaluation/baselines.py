@@ -87,6 +87,7 @@ ASC_CONFIDENCE = 0.95
 #: GSM8K's train bank would take -40 and SVAMP's -30: the right value depends on the task.
 GATE_LOGPROB = -30
 _VOTES = ("sc-cot", "esc", "asc", "gate", "sc-pot", "pot-esc", "mixed-esc")  # the vote agent takes one of MAX_AGENTS
+_PROGRAM_METHODS = ("pot", "sc-pot", "pot-esc", "mixed-esc")  # number benchmarks only
 
 
 def _team(kind: str) -> tuple[str, str, str, str]:
@@ -146,31 +147,45 @@ def _pot(kind: str, level: str, n: int, seed: int) -> Spec:
     return Spec(agents=(Agent(name="solver", role=_program_role(kind), duty="", capacity=level),), output="solver")
 
 
+def voter_team(kind: str, level: str, order: str) -> Spec:
+    """Program (P) and prose CoT (C) voters at `level` in written `order` ("PCCCC": a program, then four CoT
+    voters), and a vote that stops once 2 agree; one letter alone is that one agent. The k-th voter of each role
+    is that role's k-th sample (`runtime.executor.sample_slot`), so `PPPPP` (`pot-esc`) is a prefix of sc-pot's
+    voters and `C` sends `cot`'s request. A `ValueError` names a bad order (letters other than P and C, or
+    more than 5) or a benchmark kind without program voters."""
+    if not order or set(order) - {"P", "C"} or len(order) > 5:
+        raise ValueError(f"an order is 1 to 5 letters P (program) or C (CoT), got {order!r}")
+    if "P" in order and kind not in PROGRAM_ROLES:
+        raise ValueError(f"program voters answer number benchmarks only, not {kind!r} ones")
+    roles = {"P": (PROGRAM_ROLES.get(kind, ""), "pot", ""), "C": (_team(kind)[1], "cot", COT_DUTY)}
+    agents = [Agent(name=f"{roles[x][1]}_{order[:i + 1].count(x)}", role=roles[x][0], duty=roles[x][2],
+                    capacity=level) for i, x in enumerate(order)]
+    if len(agents) == 1:
+        return Spec(agents=tuple(agents), output=agents[0].name)
+    vote = Agent(name="vote", role="majority_vote", capacity=level, depends_on=tuple(a.name for a in agents),
+                 stop=StopRule(agree=2))
+    return Spec(agents=(*agents, vote), output="vote")
+
+
 def _sc_pot(kind: str, level: str, n: int, seed: int) -> Spec:
-    """Self-consistency over `n` program voters `pot_1..pot_n` (PAL with a majority vote)."""
-    role = _program_role(kind)
-    workers = tuple(Agent(name=f"pot_{i}", role=role, duty="", capacity=level) for i in range(1, n + 1))
-    vote = Agent(name="vote", role="majority_vote", duty="", capacity=level, depends_on=tuple(a.name for a in workers))
-    return Spec(agents=(*workers, vote), output="vote")
+    """Self-consistency over `n` program voters `pot_1..pot_n` (PAL with a majority vote): `pot-esc` without
+    its stop rule."""
+    team = _pot_esc(kind, level, n, seed)
+    return team.model_copy(update={"agents": (*team.agents[:-1], team.agents[-1].model_copy(update={"stop": None}))})
 
 
 def _pot_esc(kind: str, level: str, n: int, seed: int) -> Spec:
-    """`sc-pot` whose vote stops once 2 voters agree (its voters are a prefix of sc-pot's: the same samples)."""
-    team = _sc_pot(kind, level, n, seed)
-    vote = team.agents[-1].model_copy(update={"stop": StopRule(agree=2)})
-    return team.model_copy(update={"agents": (*team.agents[:-1], vote)})
+    """Program voters that stop once 2 agree (`PP...P`)."""
+    _program_role(kind)
+    return voter_team(kind, level, "P" * n)
 
 
 def _mixed_esc(kind: str, level: str, n: int, seed: int) -> Spec:
-    """Two program voters, then `n - 2` CoT voters, in that order; the vote stops once 2 agree. Programs are
-    cheap, so an item whose two programs agree costs two programs; where they disagree, prose voters (whose
-    errors differ from a program's) break the tie. The voters are sc-pot's first two and sc-cot's first n - 2
-    (the same samples: ranks count per role)."""
-    programs = _sc_pot(kind, level, 2, seed).agents[:-1]
-    prose = _sc_cot(kind, level, n - 2, seed).agents[:-1]
-    vote = Agent(name="vote", role="majority_vote", duty="", capacity=level,
-                 depends_on=tuple(a.name for a in (*programs, *prose)), stop=StopRule(agree=2))
-    return Spec(agents=(*programs, *prose, vote), output="vote")
+    """Two program voters, then `n - 2` CoT voters (`PPC...C`); the vote stops once 2 agree. Programs are cheap,
+    so an item whose two programs agree costs two programs; where they disagree, prose voters (whose errors
+    differ from a program's) break the tie."""
+    _program_role(kind)
+    return voter_team(kind, level, "PP" + "C" * (n - 2))
 
 
 def _chain(kind: str, level: str, n: int, seed: int) -> Spec:
@@ -263,7 +278,7 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
 def supports(method: str, kind: str) -> bool:
     """Whether baseline `method` has a spec for benchmarks whose answers are of `kind` (the program-of-thought
     ones only for numbers)."""
-    return kind in PROGRAM_ROLES if method in ("pot", "sc-pot", "pot-esc", "mixed-esc") else kind in TEAMS
+    return kind in PROGRAM_ROLES if method in _PROGRAM_METHODS else kind in TEAMS
 
 
 def method_names() -> tuple[str, ...]:

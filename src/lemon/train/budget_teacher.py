@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lemon.evaluation.bank import vote_team, voter_team
-from lemon.evaluation.baselines import GATE_LOGPROB, PROGRAM_ROLES
+from lemon.evaluation.bank import vote_team
+from lemon.evaluation.baselines import GATE_LOGPROB, PROGRAM_ROLES, voter_team
 from lemon.spec.model import Spec, StopRule
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -44,7 +44,7 @@ def budget_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[s
 
 
 #: The teams with program voters the `bank-budget-programs` teacher adds to the menu, as written orders of
-#: program (P) and CoT (C) voters that stop once 2 agree (`evaluation.bank.voter_team`): one program agent
+#: program (P) and CoT (C) voters that stop once 2 agree (`evaluation.baselines.voter_team`): one program agent
 #: (`pot`), program voters (`pot-esc`), two programs then prose (`mixed-esc`), and one program before or after
 #: the first prose voter. Number benchmarks only; banked by `experiments/adaptive_cpu.sh program-bank`.
 PROGRAM_TEAMS = ("P", "PPPPP", "PPCCC", "PCCCC", "CPCCC")
