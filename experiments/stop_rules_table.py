@@ -9,8 +9,9 @@ Also printed: the per-item oracle (the cheapest team that is right on each item,
 upper bound on what choosing a team per item can reach with these teams, and how the stopping point of
 `agree 2 of 5` tracks item difficulty (the share of the 5 voters that are wrong).
 With `--mixed P PCCCC ...`: also teams of program (P) and prose CoT (C) voters in that written order, which stop
-once 2 agree (one letter: that one agent); the k-th program voter is sc-pot's k-th (`adaptive_cpu.sh programs`,
-`program-bank`, or `lemon eval --method pot` bank it), so an order the program bank lacks needs `--online`.
+once 2 agree (one letter: that one agent; `ORDER@T`, e.g. `CPCCC@-30`: the logprob gate at T nats first); the
+k-th program voter is sc-pot's k-th (`adaptive_cpu.sh programs`, `program-bank`, or `lemon eval --method pot` bank
+it), so an order the program bank lacks needs `--online`, as does a gate over program voters (scores unbanked).
 Usage: python experiments/stop_rules_table.py [--store S] [--benchmarks svamp gsm8k] [--level large] [--pool cpu]
        [--json F] [--seeds N] [--split test|train] [--online] [--orders N] [--spec-tokens N] [--mixed ORDER ...]
 """
@@ -34,7 +35,7 @@ from lemon.evaluation.store import ResultsStore
 from lemon.llm.pools import load_pool
 from lemon.paths import lemon_home
 from lemon.runtime import Executor
-from lemon.spec.model import StopRule
+from lemon.spec.model import Spec, StopRule
 from lemon.spec.roles import RoleLibrary
 from lemon.train.budget_teacher import GATE_MENU
 from lemon.train.config import RewardConfig
@@ -91,7 +92,7 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
     executor = Executor(pool, roles, params=params)
     items = {str(i.id): i for i in load_split(benchmark, split)}
     specs = {name: vote_team(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()}
-    specs |= {f"mixed {order}": voter_team(task.kind, level, order) for order in mixed}
+    specs |= {f"mixed {order}": mixed_team(task.kind, level, order) for order in mixed}
     out = {name: Outcome() for name in specs}
     wrong: dict[tuple[str, int], int] = {}
     for item_id, seed in sorted(keys):
@@ -196,9 +197,19 @@ def difficulty_lines(esc: Outcome, wrong: dict[tuple[str, int], int]) -> list[st
     return ["| voters wrong | pairs | voters agree-2-of-5 ran |", "|---|---|---|", *rows, ""]
 
 
+def mixed_team(kind: str, level: str, text: str) -> Spec:
+    """`ORDER` or `ORDER@T` (e.g. `CPCCC@-30`: the logprob gate at -30 nats before agree 2) as a `voter_team`."""
+    order, _, gate = text.partition("@")
+    try:
+        threshold = int(gate) if gate else None
+    except ValueError:
+        raise ValueError(f"a gate is a whole number of nats after @, e.g. CPCCC@-30, got {text!r}") from None
+    return voter_team(kind, level, order, threshold)
+
+
 def _order(text: str) -> str:
     try:
-        voter_team("number", "large", text)
+        mixed_team("number", "large", text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return text
@@ -224,7 +235,8 @@ def main() -> None:
                          "tokenizer, read with a line of framing, and a 53-token flow-style spec; the pooled-SFT "
                          "policy of docs/results.md spends 343-360)")
     ap.add_argument("--mixed", nargs="*", default=[], type=_order,
-                    help="also these orders of program (P) and CoT (C) voters, stopping once 2 agree (e.g. PCCCC)")
+                    help="also these orders of program (P) and CoT (C) voters, stopping once 2 agree (e.g. PCCCC), "
+                         "or at a voter the logprob gate T finds sure (CPCCC@-30)")
     args = ap.parse_args()
     dump: dict[str, object] = {}
     with ResultsStore(args.store) as store:

@@ -152,6 +152,16 @@ def test_the_named_program_teams_are_written_orders() -> None:
         voter_team("choice", "large", "PC")
 
 
+def test_a_gated_order_is_the_order_with_the_gate_on_its_vote() -> None:
+    """`gate` adds the logprob gate to the vote's agree-2 rule and changes nothing else, so a gated order draws
+    the same banked voters as the plain one."""
+    plain, gated = voter_team("number", "large", "CPCCC"), voter_team("number", "large", "CPCCC", -30)
+    assert gated.agents[:-1] == plain.agents[:-1]
+    assert gated.agents[-1].stop == StopRule(agree=2, logprob=-30)
+    with pytest.raises(ValueError, match="a gate needs a vote"):
+        voter_team("number", "large", "C", -30)
+
+
 def test_a_flood_of_output_leaves_a_short_answer() -> None:
     out = programs.with_result("r", SandboxResult(True, "passed", "", stdout="noise\n" + "7" * 5000 + "\n"))
     assert out.endswith("The answer is " + "7" * programs.MAX_ANSWER_CHARS + ".")

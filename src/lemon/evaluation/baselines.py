@@ -147,23 +147,26 @@ def _pot(kind: str, level: str, n: int, seed: int) -> Spec:
     return Spec(agents=(Agent(name="solver", role=_program_role(kind), duty="", capacity=level),), output="solver")
 
 
-def voter_team(kind: str, level: str, order: str) -> Spec:
+def voter_team(kind: str, level: str, order: str, gate: int | None = None) -> Spec:
     """Program (P) and prose CoT (C) voters at `level` in written `order` ("PCCCC": a program, then four CoT
-    voters), and a vote that stops once 2 agree; one letter alone is that one agent. The k-th voter of each role
-    is that role's k-th sample (`runtime.executor.sample_slot`), so `PPPPP` (`pot-esc`) is a prefix of sc-pot's
-    voters and `C` sends `cot`'s request. A `ValueError` names a bad order (letters other than P and C, or
-    more than 5) or a benchmark kind without program voters."""
+    voters), and a vote that stops once 2 agree, or (with `gate`) at the first voter whose reply scores at least
+    `gate` nats, taken alone; one letter alone is that one agent. The k-th voter of each role is that role's k-th
+    sample (`runtime.executor.sample_slot`), so `PPPPP` (`pot-esc`) is a prefix of sc-pot's voters and `C` sends
+    `cot`'s request. A `ValueError` names a bad order (letters other than P and C, or more than 5), a gate on
+    one agent, or a benchmark kind without program voters."""
     if not order or set(order) - {"P", "C"} or len(order) > 5:
         raise ValueError(f"an order is 1 to 5 letters P (program) or C (CoT), got {order!r}")
     if "P" in order and kind not in PROGRAM_ROLES:
         raise ValueError(f"program voters answer number benchmarks only, not {kind!r} ones")
+    if gate is not None and len(order) == 1:
+        raise ValueError(f"a gate needs a vote to stop: give 2 or more voters, not {order!r}")
     roles = {"P": (PROGRAM_ROLES.get(kind, ""), "pot", ""), "C": (_team(kind)[1], "cot", COT_DUTY)}
     agents = [Agent(name=f"{roles[x][1]}_{order[:i + 1].count(x)}", role=roles[x][0], duty=roles[x][2],
                     capacity=level) for i, x in enumerate(order)]
     if len(agents) == 1:
         return Spec(agents=tuple(agents), output=agents[0].name)
     vote = Agent(name="vote", role="majority_vote", capacity=level, depends_on=tuple(a.name for a in agents),
-                 stop=StopRule(agree=2))
+                 stop=StopRule(agree=2, logprob=gate))
     return Spec(agents=(*agents, vote), output="vote")
 
 
