@@ -17,7 +17,8 @@
 # Usage: LEMON_DATA_DIR=../shared/data [STEPS=30] [N_TRAIN=40] [LIMIT=60] [SEEDS=2] [TRAIN_SEEDS="0 1"]
 #        [TEACHER=bank|bank-pooled|bank-budget|bank-budget-programs] [PROMPT=full|terse] [BANK_ITEMS=20 (bank-pooled: choose on the banked
 #        items, teach on all N_TRAIN)] [DECISION_WEIGHT=10 (SFT loss weight of the fields the targets differ
-#        in)] [N_EVAL=2] [EPOCHS=3]
+#        in)] [N_EVAL=2] [EPOCHS=3] [SFT_SEED=0 (the SFT shuffling seed: a second training seed of the SFT
+#        policy goes to its own RUNS_DIR)]
 #        [ARMS="cf global"] [BENCHES="svamp gsm8k"] [STAGES="sft train eval report"] [STORE=...] [POOL=cpu]
 #        bash experiments/adaptive_train.sh [RUNS_DIR]
 set -euo pipefail
@@ -34,7 +35,8 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 
 if has sft && [ ! -f "$runs/sft/sft.json" ]; then
   lemon sft --out "$runs/sft" --teacher "${TEACHER:-bank}" --prompt "${PROMPT:-full}" --teacher-pool "$pool" \
-    --benchmark "$mix" --limit "${N_TRAIN:-40}" --n-eval "${N_EVAL:-2}" --epochs "${EPOCHS:-3}" --seed 0 \
+    --benchmark "$mix" --limit "${N_TRAIN:-40}" --n-eval "${N_EVAL:-2}" --epochs "${EPOCHS:-3}" \
+    --seed "${SFT_SEED:-0}" \
     ${BANK_ITEMS:+--bank-items "$BANK_ITEMS"} ${DECISION_WEIGHT:+--decision-weight "$DECISION_WEIGHT"}
 fi
 
