@@ -10,13 +10,13 @@ answered from the cache (`runtime.executor.sample_slot`). Program voters are ban
 
 from __future__ import annotations
 
-from lemon.evaluation.baselines import baseline_spec
+from lemon.evaluation.baselines import MAX_ORDER, baseline_spec
 from lemon.evaluation.item import WORKER_SEEDS
 from lemon.evaluation.store import ResultsStore, RunInfo
 from lemon.spec.model import Spec, StopRule
 
 #: Voters per (item, seed) the bank holds.
-BANK_VOTERS = 5
+BANK_VOTERS = MAX_ORDER
 
 
 def vote_team(kind: str, level: str, voters: int, rule: StopRule | None = None) -> Spec:

@@ -88,6 +88,9 @@ ASC_CONFIDENCE = 0.95
 GATE_LOGPROB = -30
 _VOTES = ("sc-cot", "esc", "asc", "gate", "sc-pot", "pot-esc", "mixed-esc")  # the vote agent takes one of MAX_AGENTS
 _PROGRAM_METHODS = ("pot", "sc-pot", "pot-esc", "mixed-esc")  # number benchmarks only
+#: The longest written order `voter_team` takes: the sample bank's voters per (item, seed) (`bank.BANK_VOTERS`,
+#: which imports this module), so every order is answered by the bank.
+MAX_ORDER = 5
 
 
 def _team(kind: str) -> tuple[str, str, str, str]:
@@ -152,10 +155,10 @@ def voter_team(kind: str, level: str, order: str, gate: int | None = None) -> Sp
     voters), and a vote that stops once 2 agree, or (with `gate`) at the first voter whose reply scores at least
     `gate` nats, taken alone; one letter alone is that one agent. The k-th voter of each role is that role's k-th
     sample (`runtime.executor.sample_slot`), so `PPPPP` (`pot-esc`) is a prefix of sc-pot's voters and `C` sends
-    `cot`'s request. A `ValueError` names a bad order (letters other than P and C, or more than 5), a gate on
+    `cot`'s request. A `ValueError` names a bad order (letters other than P and C, or more than `MAX_ORDER`), a gate on
     one agent, or a benchmark kind without program voters."""
-    if not order or set(order) - {"P", "C"} or len(order) > 5:
-        raise ValueError(f"an order is 1 to 5 letters P (program) or C (CoT), got {order!r}")
+    if not order or set(order) - {"P", "C"} or len(order) > MAX_ORDER:
+        raise ValueError(f"an order is 1 to {MAX_ORDER} letters P (program) or C (CoT), got {order!r}")
     if "P" in order and kind not in PROGRAM_ROLES:
         raise ValueError(f"program voters answer number benchmarks only, not {kind!r} ones")
     if gate is not None and len(order) == 1:
