@@ -392,3 +392,44 @@ def test_the_update_copies_a_bounded_sample_of_the_weights_not_all_of_them(monke
                                                                                  strict=True)))
     exact /= math.sqrt(sum(float(s.square().sum()) for s in start))
     assert stats["weight_change"] == pytest.approx(exact, rel=0.2)
+
+
+def _certain_span_batch(policy: SlotPolicy, logit: float) -> StepBatch:
+    """A batch whose only signal is a counterfactual Δ on two tokens the policy writes with logit `logit`
+    above the alternatives (p ~ 1 for a large one)."""
+    from lemon.train.credit import CounterfactualTerm
+
+    (comp,) = policy.sample([[0]], max_new_tokens=32, temperature=1.0, seed=0)
+    with torch.no_grad():
+        chosen = [k for k, row in enumerate(policy.model.mask) if int((row == 0).sum()) > 1][:2]  # slots with a choice
+        for k in chosen:
+            policy.model.theta[k, comp.ids[k]] = logit
+    return StepBatch([comp.prompt_ids], [comp.ids], [0.0], [[CounterfactualTerm(chosen, delta=1.0)]])
+
+
+@pytest.mark.parametrize(("logit", "steps"), [(10.0, False), (0.0, True)])
+def test_a_gradient_below_the_floor_takes_no_optimiser_step(logit: float, steps: bool) -> None:
+    """Issue 24's confound: a Δ on a span written with p ~ 1 counts as signal, yet its gradient is ~0, and
+    Adam turned each such batch into a full-size step. Below `optim.min_grad_norm` nothing moves; a span with
+    room (p ~ 1/choices) still steps."""
+    policy = SlotPolicy.create()
+    batch = _certain_span_batch(policy, logit)
+    before = policy.model.theta.detach().clone()
+    opt = torch.optim.Adam(policy.model.parameters(), lr=0.1)
+    stats = policy_update(policy.model, batch, opt, _cfg(kl_beta=0.0), 0)
+    moved = not torch.equal(policy.model.theta.detach(), before)
+    assert batch.has_signal() and stats["grad_norm"] > 0
+    assert (stats["updated"] == 1.0) is steps and moved is steps
+    assert (stats["grad_norm"] >= TrainConfig().optim.min_grad_norm) is steps
+
+
+def test_without_the_floor_adam_moves_a_full_step_on_a_vanishing_gradient() -> None:
+    """Why the floor exists: the same certain-span batch, floor off, moves a weight by ~lr (Adam's first step
+    is lr * sign(g) while |g| >> eps) though its gradient is ~1e-4."""
+    policy = SlotPolicy.create()
+    batch = _certain_span_batch(policy, 10.0)
+    before = policy.model.theta.detach().clone()
+    cfg = TrainConfig.model_validate({"credit": {"kl_beta": 0.0}, "optim": {"lr": 0.1, "min_grad_norm": 0.0}})
+    stats = policy_update(policy.model, batch, torch.optim.Adam(policy.model.parameters(), lr=0.1), cfg, 0)
+    assert stats["updated"] == 1.0 and stats["grad_norm"] < 1e-3
+    assert float((policy.model.theta.detach() - before).abs().max()) == pytest.approx(0.1, rel=0.01)

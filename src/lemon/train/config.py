@@ -141,6 +141,11 @@ class OptimConfig(_Strict):
     lr: float = Field(default=1e-5, ge=0.0)  # 0 switches learning off (tests)
     weight_decay: float = Field(default=0.0, ge=0.0)
     max_grad_norm: float = Field(default=1.0, gt=0.0)
+    # A batch whose gradient norm (before clipping) is below this takes no step. Adam normalises each step by
+    # its running gradient scale, so a run of near-zero gradients (a counterfactual Δ on a span the policy
+    # already writes with p ~ 1: 5e-5 on SmolLM2 + LoRA) still moved the weights a full step each time, and
+    # an arm with more such batches took more optimiser steps than its comparison (issue 24's r8 runs).
+    min_grad_norm: float = Field(default=1e-3, ge=0.0)
     micro_batch: int = Field(default=4, ge=1)
     # Optimiser steps on each batch; > 1 scores later epochs against the sampling policy's log-probs with
     # PPO's clipped ratio (credit.clip_eps). 1 = plain GRPO, the ratio is 1 and clipping inactive.

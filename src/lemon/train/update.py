@@ -76,8 +76,9 @@ def policy_update(model: torch.nn.Module, batch: StepBatch, optimizer: torch.opt
     The forward runs without dropout (LoRA dropout included): the completions were sampled without it, and
     the loss must score the distribution that sampled them. A batch without signal (every advantage and Δ
     zero, on every process) takes no step at all, even with a KL term: Adam's momentum would otherwise keep
-    moving the policy on batches that say nothing (review item 7). Loss, KL and entropy are those of the
-    first epoch (the sampling policy), summed over processes.
+    moving the policy on batches that say nothing (review item 7). Nor does a batch whose gradient is below
+    `optim.min_grad_norm`: signal the policy cannot act on. Loss, KL and entropy are those of the first epoch
+    (the sampling policy), summed over processes.
     """
     dist = dist or Distributed()
     stats = {"loss_pg": 0.0, "loss_cf": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "updated": 0.0,
@@ -97,6 +98,8 @@ def policy_update(model: torch.nn.Module, batch: StepBatch, optimizer: torch.opt
             norm = dist.clip_grad_norm(params, cfg.optim.max_grad_norm)
             if epoch == 0:
                 stats["grad_norm"] = norm
+                if norm < cfg.optim.min_grad_norm:  # the same total on every process: all skip together
+                    break
             optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     keys = ("loss_pg", "loss_cf", "kl", "entropy", "cf_span_p", "cf_span_tokens")
@@ -109,5 +112,5 @@ def policy_update(model: torch.nn.Module, batch: StepBatch, optimizer: torch.opt
     else:  # no span credit this step: no probability to report (a 0 would read as "credit had all the room")
         del stats["cf_span_p"]
     stats["weight_change"] = _relative_change(before, watched_weights(params), dist)
-    stats["updated"] = 1.0
+    stats["updated"] = float(stats["grad_norm"] >= cfg.optim.min_grad_norm)
     return stats
