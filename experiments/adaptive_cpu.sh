@@ -32,6 +32,10 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(bank singles anchors)
 mkdir -p "$home"
 log="$store.runs.log"
+# The committed sample bank (`lemon cache export`, experiments/bank/README.md) seeds the LLM cache, so a new
+# machine replays what earlier ones drew instead of drawing it again (the import adds only missing keys).
+bank="${BANK:-$(dirname "$0")/bank/cpu.jsonl.gz}"
+[ -f "$bank" ] && lemon cache import "$bank"
 
 evaluate() {  # benchmark method [extra eval args]: one resumable evaluation, recorded in the log first
   local bench="$1" method="$2"

@@ -19,6 +19,10 @@ limit="${LIMIT:-30}"
 seeds="${SEEDS:-2}"
 pool="${POOL:-cpu}"
 log="$store.runs.log"
+# The committed sample bank (`lemon cache export`, experiments/bank/README.md) seeds the LLM cache, so a new
+# machine replays what earlier ones drew instead of drawing it again (the import adds only missing keys).
+bank="${BANK:-$(dirname "$0")/bank/cpu.jsonl.gz}"
+[ -f "$bank" ] && lemon cache import "$bank"
 read -r -a benches <<< "${BENCHES:-multiarith svamp gsm8k aqua mmlu humaneval}"
 
 evaluate() {  # benchmark method [extra args]: one resumable evaluation, recorded in the log first

@@ -16,7 +16,7 @@ ROOT = Path(__file__).parents[2]
 def _env(tmp: Path, data_dir: Path, **extra: str) -> dict[str, str]:
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     return {**os.environ, "PATH": path, "LEMON_HOME": str(tmp / "home"), "LEMON_DATA_DIR": str(data_dir),
-            "COLUMNS": "200", **extra}
+            "COLUMNS": "200", "BANK": str(tmp / "no-bank.jsonl.gz"), **extra}
 
 
 def test_the_bank_then_the_anchors_then_the_offline_table(tmp_path: Path, data_dir: Path) -> None:
@@ -48,12 +48,27 @@ def test_the_bank_then_the_anchors_then_the_offline_table(tmp_path: Path, data_d
     assert all(f"| mixed {o} |" in mixed.stdout for o in ("P", "PCCCC", "CPCCC"))
 
 
+def _one_row_bank(tmp: Path) -> Path:
+    """An exported LLM cache holding one completion (what experiments/bank/ commits, in small)."""
+    from lemon.llm.base import Completion
+    from lemon.llm.cache import SQLiteCache
+    from lemon.llm.cache_file import export_cache
+
+    cache = SQLiteCache(tmp / "source.sqlite")
+    cache.put("0" * 64, Completion("banked", 1, 1, 0.0, "m"))
+    export_cache(cache, tmp / "bank.jsonl.gz")
+    cache.close()
+    return tmp / "bank.jsonl.gz"
+
+
 def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, data_dir: Path) -> None:
     pool = scripted_pool_yaml(tmp_path / "pool.yaml", 0.0)
-    env = _env(tmp_path, data_dir, POOL=str(pool), BENCHES="multiarith", LIMIT="2", SEEDS="1")
+    bank = _one_row_bank(tmp_path)
+    env = _env(tmp_path, data_dir, POOL=str(pool), BENCHES="multiarith", LIMIT="2", SEEDS="1", BANK=str(bank))
     res = subprocess.run(["bash", str(ROOT / "experiments" / "six_benchmarks.sh"), str(tmp_path / "t.sqlite")],
                          env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-2000:]
+    assert "imported 1 completions and 0 scores" in res.stdout  # the committed bank seeds the cache first
     for method in ("vanilla", "sc-cot", "cot", "esc", "asc", "gate", "chain", "tree", "complete", "random",
                    "template"):
         assert f"--method {method} " in (tmp_path / "t.sqlite.runs.log").read_text()

@@ -136,6 +136,51 @@ class SQLiteCache:
             log.warning("LLM cache %s: could not store a score (%s); the result is kept, not cached",
                         self.path, " ".join(str(exc).split()))
 
+    def completion_rows(self) -> list[tuple[str, str, str, int, int]]:
+        """Every completion as (key, model, text, prompt_tokens, completion_tokens), by key."""
+        try:
+            with self._lock:
+                return self._conn.execute("SELECT key, model, text, prompt_tokens, completion_tokens "
+                                          "FROM completions ORDER BY key").fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    def score_rows(self) -> list[tuple[str, str, float]]:
+        """Every score as (key, model, logprob), by key."""
+        try:
+            with self._lock:
+                return self._conn.execute("SELECT key, model, logprob FROM scores ORDER BY key").fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    def add_missing(self, completions: list[tuple[str, str, str, int, int]],
+                    scores: list[tuple[str, str, float]]) -> tuple[int, int]:
+        """Insert the rows whose keys the file lacks, in one transaction (all or nothing); a key it holds is
+        kept as it is. Returns how many completions and scores were added."""
+        now = time.time()
+        try:
+            with self._lock:
+                before = self._counts()
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    self._conn.executemany("INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?, ?)",
+                                           [(*row, now) for row in completions])
+                    self._conn.executemany("INSERT OR IGNORE INTO scores VALUES (?, ?, ?, ?)",
+                                           [(*row, now) for row in scores])
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+                after = self._counts()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+        return after[0] - before[0], after[1] - before[1]
+
+    def _counts(self) -> tuple[int, int]:
+        (completions,) = self._conn.execute("SELECT COUNT(*) FROM completions").fetchone()
+        (scores,) = self._conn.execute("SELECT COUNT(*) FROM scores").fetchone()
+        return int(completions), int(scores)
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()

@@ -1,0 +1,64 @@
+"""`lemon cache export FILE` / `lemon cache import FILE`: the LLM cache (and so the sample bank) as one
+portable gzip file, so hours of drawn samples survive a change of machine and can be committed.
+
+A thin command over `lemon.llm.cache_file`; the cache is LEMON_HOME's (`LEMON_HOME` picks another).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.text import Text
+
+from lemon.cli.options import LemonTyper, consoles
+
+if TYPE_CHECKING:
+    from lemon.llm.cache import SQLiteCache
+
+cache_app = LemonTyper(help="Export the LLM cache (the sample bank) to one gzip file, or import one.")
+
+FileArg = Annotated[Path, typer.Argument(help="The gzip JSON-lines file (e.g. experiments/bank/cpu.jsonl.gz).")]
+
+
+def _cache() -> SQLiteCache:
+    from lemon.llm.cache import SQLiteCache
+    from lemon.paths import llm_cache_path
+
+    return SQLiteCache(llm_cache_path())
+
+
+@cache_app.command("export")
+def export_cmd(file: FileArg) -> None:
+    """Write every cached completion and reply score to FILE (byte-stable: sorted, no timestamp)."""
+    from lemon.llm.cache_file import export_cache
+
+    cache = _cache()
+    try:
+        done = export_cache(cache, file)
+    finally:
+        cache.close()
+    consoles().out.print(Text(f"exported {done.completions} completions and {done.scores} scores from "
+                              f"{cache.path} to {file}"))
+
+
+@cache_app.command("import")
+def import_cmd(file: FileArg) -> None:
+    """Add FILE's completions and scores that the cache lacks (nothing is overwritten; a bad file adds
+    nothing)."""
+    from lemon.llm.cache_file import import_cache
+
+    cache = _cache()
+    try:
+        done = import_cache(cache, file)
+    finally:
+        cache.close()
+    consoles().out.print(Text(f"imported {done.completions} completions and {done.scores} scores into "
+                              f"{cache.path} ({done.kept} already there)"))
+
+
+def register(app: typer.Typer) -> None:
+    """Add `cache` to the main CLI app (idempotent)."""
+    if "cache" not in {g.name for g in app.registered_groups}:
+        app.add_typer(cache_app, name="cache")
