@@ -32,7 +32,9 @@ def test_parse_of_render_is_identity(spec: Spec) -> None:
 def test_every_span_holds_exactly_its_field(spec: Spec) -> None:
     rendered = render_spec(spec)
     n_edges = sum(len(a.depends_on) for a in spec.agents)
-    assert len(rendered.spans) == 3 * len(spec.agents) + n_edges
+    n_duties = sum(bool(a.duty) for a in spec.agents)  # an empty duty is the default: not written, no span
+    assert len(rendered.spans) == 2 * len(spec.agents) + n_duties + n_edges
+    assert ('duty: ""' in rendered.text, "depends_on: []" in rendered.text) == (False, False)
     for ref, span in rendered.spans.items():
         assert rendered.text[span.start:span.end] == _value(spec, ref)
 

@@ -66,6 +66,20 @@ def render_stop(rule: StopRule) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
+def _write_parents(w: _Writer, parents: list[str]) -> dict[str, Span]:
+    """The `depends_on` line and each parent's span; no line for a root agent (no parents is the default)."""
+    if not parents:
+        return {}
+    w.write("    depends_on: [")
+    spans: dict[str, Span] = {}
+    for i, p in enumerate(parents):
+        if i:
+            w.write(", ")
+        spans[p] = w.write(p)
+    w.write("]\n")
+    return spans
+
+
 def _block(w: _Writer, spans: dict[FieldRef, Span], a: Agent, names: tuple[str, ...], written: str,
            folded: dict[str, str]) -> None:
     """One agent's block; `names` are the agents it stands for (its copies, or itself), `written` its name."""
@@ -75,19 +89,21 @@ def _block(w: _Writer, spans: dict[FieldRef, Span], a: Agent, names: tuple[str, 
         spans[FieldRef("copies", names[0])] = w.write(str(len(names)))
         w.write("\n")
     w.write("    role: ")
-    role, _ = w.write(a.role), w.write('\n    duty: "')
-    duty, _ = w.write(a.duty), w.write('"\n    capacity: ')
-    capacity, _ = w.write(a.capacity), w.write("\n    depends_on: [")
+    role = w.write(a.role)
+    duty = None
+    if a.duty:  # an empty duty (the base role as is) is the default: not written, no span
+        w.write('\n    duty: "')
+        duty = w.write(a.duty)
+        w.write('"')
+    w.write("\n    capacity: ")
+    capacity = w.write(a.capacity)
+    w.write("\n")
     shown = [folded.get(p, p) for p in a.depends_on]
-    parents = list(dict.fromkeys(shown))  # a folded group is written once
-    edge_spans: dict[str, Span] = {}
-    for i, p in enumerate(parents):
-        if i:
-            w.write(", ")
-        edge_spans[p] = w.write(p)
-    w.write("]\n")
+    edge_spans = _write_parents(w, list(dict.fromkeys(shown)))  # a folded group is written once
     for n in names:
-        spans[FieldRef("role", n)], spans[FieldRef("duty", n)], spans[FieldRef("capacity", n)] = role, duty, capacity
+        spans[FieldRef("role", n)], spans[FieldRef("capacity", n)] = role, capacity
+        if duty is not None:
+            spans[FieldRef("duty", n)] = duty
         for p, q in zip(a.depends_on, shown, strict=True):
             spans[FieldRef("edge", n, p)] = edge_spans[q]
     if a.stop is not None:
@@ -100,7 +116,8 @@ def render_spec(spec: Spec) -> RenderedSpec:
     """Canonical YAML of `spec` with the span of every editable field.
 
     `text[span.start:span.end]` is exactly the field's value (the duty without its quotes; for an edge, the
-    parent's name inside the child's `depends_on` list). A run of identical agents `x_1 .. x_n` is written
+    parent's name inside the child's `depends_on` list). Defaults are left out, because spec tokens are cost
+    the policy pays on every task: an empty duty and an empty `depends_on` are not written (and have no span). A run of identical agents `x_1 .. x_n` is written
     once with `copies: n` (`lemon.spec.copies`): each copy's field maps to the one written value, and an edge
     to any copy to the group's name in the child's list.
     """

@@ -93,16 +93,19 @@ def simulated_tasks(n: int, seed: int = 0) -> list[TrainTask]:
     return tasks
 
 
-DUTIES = ("", "Solve step by step.")
+#: A duty and an edge are written lines or nothing: the canonical text leaves defaults (no duty, no parents)
+#: out, so each slot chooses the whole line, and an edit's rewrite window (the line) is exactly one token.
+DUTY_LINES = ("", '    duty: "Solve step by step."\n')
+EDGE_LINES = ("", "    depends_on: [solver]\n")
 LEVELS = ("small", "medium", "large")
 #: The template: fixed chunks (str) and field slots (name, choices), in canonical-rendering order.
 TEMPLATE: tuple[str | tuple[str, tuple[str, ...]], ...] = (
-    "agents:\n  - name: solver\n    role: math_solver\n    duty: \"", ("solver_duty", DUTIES),
-    "\"\n    capacity: ", ("solver_capacity", LEVELS),
-    "\n    depends_on: []\n  - name: checker\n    role: critic\n    duty: \"", ("checker_duty", DUTIES),
-    "\"\n    capacity: ", ("checker_capacity", LEVELS),
-    "\n    depends_on: [", ("checker_edge", ("solver", "")),
-    "]\noutput: ", ("output", ("checker", "solver")),
+    "agents:\n  - name: solver\n    role: math_solver\n", ("solver_duty", DUTY_LINES),
+    "    capacity: ", ("solver_capacity", LEVELS),
+    "\n  - name: checker\n    role: critic\n", ("checker_duty", DUTY_LINES),
+    "    capacity: ", ("checker_capacity", LEVELS),
+    "\n", ("checker_edge", EDGE_LINES),
+    "output: ", ("output", ("checker", "solver")),
     "\n",
 )
 
@@ -208,7 +211,7 @@ def spec_success(choice: Mapping[str, str], success: Mapping[str, float] = CALIB
     p1, p2 = success[choice["solver_capacity"]], success[choice["checker_capacity"]]
     if choice["output"] == "solver":
         return p1
-    if choice["checker_edge"] != "solver":
+    if not choice["checker_edge"]:  # the checker does not read the solver
         return p2
     return p1 * (p2 + (1 - p2) * help_from_parent) + (1 - p1) * p2
 
@@ -230,7 +233,7 @@ def best_success(success: Mapping[str, float] = CALIBRATED_SUCCESS) -> float:
     """The success of the best team the template can express."""
     return max(spec_success({"solver_capacity": c1, "checker_capacity": c2, "checker_edge": e, "output": o},
                             success)
-               for c1 in success for c2 in success for e in ("solver", "") for o in ("checker", "solver"))
+               for c1 in success for c2 in success for e in EDGE_LINES for o in ("checker", "solver"))
 
 
 def simulated_trainer(*, seed: int, cf: bool, lr: float = 0.05, tasks_per_step: int = 4, group_size: int = 4,

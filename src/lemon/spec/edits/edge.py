@@ -41,7 +41,10 @@ class EdgeFamily(FieldEdits):
         return "edge" if ref.parent in spec.agent(ref.agent).depends_on else None
 
     def rewrite(self, text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
-        """A deleted edge takes its ", " separator with it (`[a, b]` minus b is `[a]`)."""
+        """A deleted edge takes its ", " separator with it (`[a, b]` minus b is `[a]`); the last one takes the
+        whole `depends_on` line (no parents is the default, which the canonical text leaves out)."""
+        if text[start - 1:start] == "[" and text[end:end + 2] == "]\n":
+            return text.rfind("\n", 0, start) + 1, end + 2, ""
         if text[max(0, start - 2):start] == ", ":
             return start - 2, end, ""
         if text[end:end + 2] == ", ":

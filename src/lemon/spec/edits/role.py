@@ -29,6 +29,14 @@ class RoleFamily(FieldEdits):
     def apply(self, spec: Spec, ref: FieldRef, levels: Sequence[str], rng: random.Random | None = None) -> Edit:
         return revert_duty(spec, ref.agent)
 
+    def rewrite(self, text: str, start: int, end: int, replacement: str) -> tuple[int, int, str]:
+        """A reverted duty is the default, which the canonical text leaves out: its whole `duty: "..."` line
+        goes (the span is the duty between its quotes)."""
+        if replacement:
+            return start, end, replacement
+        line = text.rfind("\n", 0, start) + 1
+        return line, end + 1 + (text[end + 1:end + 2] == "\n"), ""
+
     def describe(self, spec: Spec, edited: Spec, ref: FieldRef) -> str:
         return f"revert duty of {ref.agent} to base role {spec.agent(ref.agent).role}"
 
