@@ -124,7 +124,7 @@ def test_the_cost_can_count_model_size_and_the_orchestrator_s_spec() -> None:
     assert run_cost(run, RewardConfig(cost="param_tokens")) == pytest.approx(100 * 1.5 + 200 * 0.135)
     spec = Spec(agents=(Agent(name="a", role="math_solver", capacity="large"),), output="a")
     assert spec_cost(spec, RewardConfig()) == 0.0
-    text_len = len("agents:\n  - name: a\n    role: math_solver\n    capacity: large\noutput: a\n")  # defaults unwritten
+    text_len = len("agents:\n  - name: a\n    role: math_solver\n    capacity: large\noutput: a\n")  # no defaults
     assert spec_cost(spec, RewardConfig(spec_chars_per_token=4.0)) == pytest.approx(text_len / 4)
     assert spec_cost(spec, RewardConfig(spec_chars_per_token=4.0, cost="param_tokens")) == \
         pytest.approx(text_len / 4 * 0.135)

@@ -117,9 +117,10 @@ def render_spec(spec: Spec) -> RenderedSpec:
 
     `text[span.start:span.end]` is exactly the field's value (the duty without its quotes; for an edge, the
     parent's name inside the child's `depends_on` list). Defaults are left out, because spec tokens are cost
-    the policy pays on every task: an empty duty and an empty `depends_on` are not written (and have no span). A run of identical agents `x_1 .. x_n` is written
-    once with `copies: n` (`lemon.spec.copies`): each copy's field maps to the one written value, and an edge
-    to any copy to the group's name in the child's list.
+    the policy pays on every task: an empty duty and an empty `depends_on` are not written (and have no
+    span). A run of identical agents `x_1 .. x_n` is written once with `copies: n` (`lemon.spec.copies`):
+    each copy's field maps to the one written value, and an edge to any copy to the group's name in the
+    child's list.
     """
     w = _Writer()
     spans: dict[FieldRef, Span] = {}
