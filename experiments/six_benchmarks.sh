@@ -44,4 +44,7 @@ for bench in "${benches[@]}"; do
   evaluate "$bench" template
   for policy in ${TRAINED:-}; do evaluate "$bench" "trained:$policy"; done
 done
-lemon report --store "$store" --compare "vanilla,best"  # the template is stored under its nominal level: compare it by run id
+# Paired tests against the best fixed baseline of each benchmark (at any level for the orchestrators)
+compare=(--compare "vanilla,best" --compare "template,best")
+for policy in ${TRAINED:-}; do compare+=(--compare "trained:$policy,best"); done
+lemon report --store "$store" "${compare[@]}"

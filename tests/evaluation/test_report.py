@@ -132,6 +132,24 @@ def test_compare_with_best_pairs_each_run_with_the_most_accurate_other_method(tm
     assert (pair.a_only, pair.b_only) == (0, 4)
 
 
+def test_best_is_the_most_accurate_fixed_baseline_at_any_level_for_a_method_that_picks_levels(tmp_path: Path
+                                                                                              ) -> None:
+    """Issue 25: the template is stored under a nominal level (`medium`), so `template,best` found no partner
+    among the `large` baselines; and `best` means a fixed team, never another orchestrator."""
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        items = [str(i) for i in range(6)]
+        _fill(store, "tmpl0001", "template", {(i, 0): k < 4 for k, i in enumerate(items)}, 1, 30)
+        _fill(store, "trained1", "trained:/p", {(i, 0): True for i in items}, 1, 30)
+        store.ensure_run("sclarge1", benchmark="gsm8k", split="test", method="sc-cot", pool="tiny", level="large",
+                         seeds=1, n_items=6, config={"temperature": 0.7})
+        for k, i in enumerate(items):
+            store.put("sclarge1", _row(i, 0, k < 5))
+        report = build_report(store, compare=[("template", "best")])
+    (pair,) = report.comparisons
+    assert (pair.run_a.method, pair.run_b.method) == ("template", "sc-cot")
+    assert (pair.a_only, pair.b_only) == (0, 1)
+
+
 def test_two_runs_named_by_id_pair_across_levels_but_methods_do_not(tmp_path: Path) -> None:
     with ResultsStore(tmp_path / "r.sqlite") as store:
         items = [str(i) for i in range(6)]

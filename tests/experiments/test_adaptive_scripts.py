@@ -73,3 +73,4 @@ def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, d
                    "template"):
         assert f"--method {method} " in (tmp_path / "t.sqlite.runs.log").read_text()
     assert "multiarith" in res.stdout and "template" in res.stdout
+    assert "### Paired test: template vs " in res.stdout  # the orchestrator against the best fixed baseline

@@ -173,9 +173,12 @@ BEST = "best"
 
 
 def _best_other(store: ResultsStore, runs: Sequence[RunInfo], ra: RunInfo) -> RunInfo | None:
-    """The run with the highest mean accuracy among the OTHER methods on A's benchmark, split, pool, level."""
-    group = [r for r in runs if r.method != ra.method
-             and (r.benchmark, r.split, r.pool, r.level) == (ra.benchmark, ra.split, ra.pool, ra.level)]
+    """The most accurate fixed baseline of another method on A's benchmark, split and pool: at A's level when A
+    is a baseline, at any level when A picks its agents' levels (the template, a trained policy), whose runs
+    are stored under a nominal level (issue 25: `template,best` found no partner)."""
+    group = [r for r in runs if r.method != ra.method and uses_level(r.method)
+             and (r.benchmark, r.split, r.pool) == (ra.benchmark, ra.split, ra.pool)
+             and (r.level == ra.level or not uses_level(ra.method))]
     scored = [(run_stats(r, store.items(r.run_id)).accuracy_mean, r) for r in group]
     scored = [(acc, r) for acc, r in scored if not math.isnan(acc)]
     return max(scored, key=lambda x: x[0])[1] if scored else None
@@ -186,8 +189,8 @@ def find_comparisons(store: ResultsStore, runs: Sequence[RunInfo], a: str, b: st
     by their ids need only share benchmark and split (the pairs are (item, seed), e.g. the default orchestration
     against one CoT agent at another level).
 
-    `b == "best"` pairs each run of A with the most accurate other method of its group (chosen on these
-    same items, so the test answers "is the best baseline reliably better", not an unbiased comparison).
+    `b == "best"` pairs each run of A with the most accurate fixed baseline of its group (`_best_other`; chosen
+    on these same items, so the test answers "is the best baseline reliably better", not an unbiased one).
     """
     out = []
     for ra in runs:
