@@ -38,7 +38,7 @@ from lemon.evaluation.methods import method_help, shown_level
 
 _METHOD_HELP = method_help()
 _COMPARE_HELP = ("Paired exact McNemar test of two methods (or run ids), e.g. --compare cot,sc-cot; repeat it "
-                 "for more pairs. `--compare vanilla,best` pairs vanilla with the most accurate other method.")
+                 "for more pairs. `--compare template,best` pairs the template with the most accurate fixed baseline.")
 
 
 def _parse_shard(text: str | None) -> tuple[int, int] | None:
