@@ -40,8 +40,8 @@ def _row(item: str, seed: int, correct: bool, tokens: int = 10) -> ItemRow:
 
 
 def _fill(store: ResultsStore, run_id: str, method: str, table: dict[tuple[str, int], bool], seeds: int,
-          tokens: int, benchmark: str = "gsm8k") -> None:
-    store.ensure_run(run_id, benchmark=benchmark, split="test", method=method, pool="tiny", level="medium",
+          tokens: int, benchmark: str = "gsm8k", level: str = "medium") -> None:
+    store.ensure_run(run_id, benchmark=benchmark, split="test", method=method, pool="tiny", level=level,
                      seeds=seeds, n_items=len({i for i, _ in table}), config={"temperature": 0.7})
     for (item, seed), ok in table.items():
         store.put(run_id, _row(item, seed, ok, tokens))
@@ -140,10 +140,7 @@ def test_best_is_the_most_accurate_fixed_baseline_at_any_level_for_a_method_that
         items = [str(i) for i in range(6)]
         _fill(store, "tmpl0001", "template", {(i, 0): k < 4 for k, i in enumerate(items)}, 1, 30)
         _fill(store, "trained1", "trained:/p", {(i, 0): True for i in items}, 1, 30)
-        store.ensure_run("sclarge1", benchmark="gsm8k", split="test", method="sc-cot", pool="tiny", level="large",
-                         seeds=1, n_items=6, config={"temperature": 0.7})
-        for k, i in enumerate(items):
-            store.put("sclarge1", _row(i, 0, k < 5))
+        _fill(store, "sclarge1", "sc-cot", {(i, 0): k < 5 for k, i in enumerate(items)}, 1, 10, level="large")
         report = build_report(store, compare=[("template", "best")])
     (pair,) = report.comparisons
     assert (pair.run_a.method, pair.run_b.method) == ("template", "sc-cot")
@@ -154,10 +151,7 @@ def test_two_runs_named_by_id_pair_across_levels_but_methods_do_not(tmp_path: Pa
     with ResultsStore(tmp_path / "r.sqlite") as store:
         items = [str(i) for i in range(6)]
         _fill(store, "tmpl0001", "template", {(i, 0): True for i in items}, 1, 30)
-        store.ensure_run("cotlarge", benchmark="gsm8k", split="test", method="cot", pool="tiny", level="large",
-                         seeds=1, n_items=6, config={"temperature": 0.7})
-        for k, i in enumerate(items):
-            store.put("cotlarge", _row(i, 0, k < 4))
+        _fill(store, "cotlarge", "cot", {(i, 0): k < 4 for k, i in enumerate(items)}, 1, 10, level="large")
         report = build_report(store, compare=[("tmpl0001", "cotlarge")])
         with pytest.raises(LemonError, match="no two runs share"):
             build_report(store, compare=[("template", "cot")])

@@ -6,6 +6,7 @@ A thin command over `lemon.llm.cache_file`; the cache is LEMON_HOME's (`LEMON_HO
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -16,17 +17,23 @@ from lemon.cli.options import LemonTyper, consoles
 
 if TYPE_CHECKING:
     from lemon.llm.cache import SQLiteCache
+    from lemon.llm.cache_file import Transfer
 
 cache_app = LemonTyper(help="Export the LLM cache (the sample bank) to one gzip file, or import one.")
 
 FileArg = Annotated[Path, typer.Argument(help="The gzip JSON-lines file (e.g. experiments/bank/cpu.jsonl.gz).")]
 
 
-def _cache() -> SQLiteCache:
+def _on_cache(action: Callable[[SQLiteCache], Transfer]) -> tuple[Transfer, Path]:
+    """`action` on LEMON_HOME's LLM cache, closed afterwards; what it moved and the cache's path."""
     from lemon.llm.cache import SQLiteCache
     from lemon.paths import llm_cache_path
 
-    return SQLiteCache(llm_cache_path())
+    cache = SQLiteCache(llm_cache_path())
+    try:
+        return action(cache), cache.path
+    finally:
+        cache.close()
 
 
 @cache_app.command("export")
@@ -34,13 +41,9 @@ def export_cmd(file: FileArg) -> None:
     """Write every cached completion and reply score to FILE (byte-stable: sorted, no timestamp)."""
     from lemon.llm.cache_file import export_cache
 
-    cache = _cache()
-    try:
-        done = export_cache(cache, file)
-    finally:
-        cache.close()
-    consoles().out.print(Text(f"exported {done.completions} completions and {done.scores} scores from "
-                              f"{cache.path} to {file}"))
+    done, path = _on_cache(lambda cache: export_cache(cache, file))
+    consoles().out.print(Text(f"exported {done.completions} completions and {done.scores} scores from {path} "
+                              f"to {file}"))
 
 
 @cache_app.command("import")
@@ -49,13 +52,9 @@ def import_cmd(file: FileArg) -> None:
     nothing)."""
     from lemon.llm.cache_file import import_cache
 
-    cache = _cache()
-    try:
-        done = import_cache(cache, file)
-    finally:
-        cache.close()
-    consoles().out.print(Text(f"imported {done.completions} completions and {done.scores} scores into "
-                              f"{cache.path} ({done.kept} already there)"))
+    done, path = _on_cache(lambda cache: import_cache(cache, file))
+    consoles().out.print(Text(f"imported {done.completions} completions and {done.scores} scores into {path} "
+                              f"({done.kept} already there)"))
 
 
 def register(app: typer.Typer) -> None:
