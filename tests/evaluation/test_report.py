@@ -241,3 +241,23 @@ def test_each_benchmark_shows_the_papers_number_for_orientation_only(tmp_path: P
     gsm8k, toy = md.split("## gsm8k")[1].split("## toy")
     assert "the paper reports LEMON at 94.32 % on gsm8k test (1,319 items) with Qwen2.5 7B/14B/32B workers" in gsm8k
     assert "not comparable" in gsm8k and "the paper reports" not in toy
+
+
+def test_the_cross_benchmark_table_names_split_items_and_seeds_in_every_cell(tmp_path: Path) -> None:
+    """Issue 25: one row per method, one column per benchmark in the paper's order, a missing cell is a dash,
+    a partial run says so, and the paper's numbers close the table; one benchmark alone gets no such table."""
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        items = [str(i) for i in range(4)]
+        _fill(store, "g1", "cot", {(i, s): k < 2 + s for k, i in enumerate(items) for s in (0, 1)}, 2, 100)
+        alone = build_report(store).markdown
+        _fill(store, "s1", "cot", {(i, 0): True for i in items}, 1, 50, benchmark="svamp")
+        _fill(store, "s2", "vanilla", {(i, 0): True for i in items[:3]}, 1, 40, benchmark="svamp")
+        store.ensure_run("s2", benchmark="svamp", split="test", method="vanilla", pool="tiny", level="medium",
+                         seeds=1, n_items=4, config={"temperature": 0.7})
+        markdown = build_report(store).markdown
+    assert "## All benchmarks" not in alone
+    table = markdown[markdown.index("## All benchmarks"):markdown.index("\n## gsm8k")]
+    assert "| method | gsm8k | svamp |" in table  # the paper's order: gsm8k before svamp
+    assert "| cot@medium | 62.5 ± 17.7 % at 100 tok (test, 4 x 2) | 100.0 % at 50 tok (test, 4 x 1) |" in table
+    assert "| vanilla@medium | – | 100.0 % at 40 tok (test, 3 x 1, partial 3/4 rows) |" in table
+    assert "| paper: LEMON, Qwen2.5 7B/14B/32B workers (orientation only) | 94.3 % (test, 1,319) |" in table

@@ -30,6 +30,7 @@ from lemon.errors import LemonError, StorageError
 from lemon.evaluation.baselines import method_names
 from lemon.evaluation.methods import run_label, shown_level, uses_level
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
+from lemon.evaluation.table import benchmark_table
 from lemon.evaluation.teams import adaptive_runs, teams_lines
 from lemon.files import disk_full, write_atomic
 from lemon.llm.models import parameters_b
@@ -302,6 +303,8 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
     paper = paper_results()
     if not benchmarks:
         lines += ["", "_The store holds no runs yet: run `lemon eval` first._"]
+    overview = benchmark_table(stats, paper)
+    lines += ["", *overview] if overview else []
     for bench in benchmarks:
         lines += ["", f"## {bench}", "",
                   "| method | split | n items | seeds | pool | level | temp. | accuracy (%) "

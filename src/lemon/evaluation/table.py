@@ -1,0 +1,81 @@
+"""The cross-benchmark table of `lemon report` (issue 25): one row per method, one column per benchmark.
+
+Every cell names its own split, items and seeds, because the table is filled over several working periods
+(`experiments/six_benchmarks.sh`) and a cell must not borrow a neighbour's: a partial run says so. The paper's
+numbers sit in the last row for orientation only (other workers, the full splits).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from lemon.evaluation.methods import run_label
+from lemon.evaluation.store import RunInfo
+
+
+class RunStats(Protocol):
+    """What a cell reads of `report.RunStats` (a Protocol: the report imports this module, not the reverse)."""
+
+    run: RunInfo
+    n_items: int
+    seeds: tuple[int, ...]
+    rows: int
+    accuracy_mean: float
+    accuracy_std: float | None
+
+    @property
+    def cost(self) -> float: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+#: The paper's column order; a benchmark it does not list follows in name order.
+BENCHMARK_ORDER = ("mmlu", "gsm8k", "aqua", "multiarith", "svamp", "humaneval")
+
+
+def _columns(stats: Sequence[RunStats]) -> list[str]:
+    present = {s.run.benchmark for s in stats}
+    return [b for b in BENCHMARK_ORDER if b in present] + sorted(present - set(BENCHMARK_ORDER))
+
+
+def _cell(s: RunStats) -> str:
+    """`65.7 ± 8.1 % at 310 tok (test, 30 x 2)`; one seed has no ±; a partial run counts its rows."""
+    if s.rows == 0:
+        return "–"
+    std = "" if s.accuracy_std is None else f" ± {100 * s.accuracy_std:.1f}"
+    partial = "" if s.complete else f", partial {s.rows}/{s.run.n_items * s.run.seeds} rows"
+    return (f"{100 * s.accuracy_mean:.1f}{std} % at {s.cost:,.0f} tok "
+            f"({s.run.split}, {s.n_items} x {len(s.seeds)}{partial})")
+
+
+def _runs_by_cell(stats: Sequence[RunStats]) -> dict[tuple[str, str], RunStats]:
+    """(label, benchmark) -> the run with the most rows, where several runs share a label (other pools, sizes)."""
+    cells: dict[tuple[str, str], RunStats] = {}
+    for s in stats:
+        key = (run_label(s.run.method, s.run.level), s.run.benchmark)
+        if key not in cells or s.rows > cells[key].rows:
+            cells[key] = s
+    return cells
+
+
+def benchmark_table(stats: Sequence[RunStats], paper: Mapping[str, Any]) -> list[str]:
+    """The markdown lines of the table ([] with fewer than two benchmarks: each benchmark's own table says it
+    all). Accuracy is the mean over seeds ± their sample std; tokens are worker + orchestrator tokens per item."""
+    columns = _columns(stats)
+    if len(columns) < 2:
+        return []
+    cells = _runs_by_cell(stats)
+    labels = list(dict.fromkeys(label for label, _ in cells))
+    pools = ", ".join(sorted({s.run.pool for s in cells.values()}))
+    lines = ["## All benchmarks", "",
+             "Accuracy (mean ± std over seeds) at worker + orchestrator tokens per item, pool "
+             f"{pools}; each cell names its split and its items x seeds.", "",
+             "| method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    for label in labels:
+        row = [_cell(cells[(label, b)]) if (label, b) in cells else "–" for b in columns]
+        lines.append(f"| {label} | " + " | ".join(row) + " |")
+    reported = [paper["lemon"].get(b) for b in columns]
+    row = [f"{e['accuracy']:.1f} % ({e['split']}, {e['items']:,})" if e else "–" for e in reported]
+    lines.append(f"| paper: LEMON, {paper['workers']} workers (orientation only) | " + " | ".join(row) + " |")
+    return lines
