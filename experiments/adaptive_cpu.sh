@@ -18,7 +18,8 @@
 #   all 5 program voters (sc-pot) on the test items and, in steps of 10, on the TRAIN items of the mixture, so
 #   every program or mixed team is a bank hit as the prose teams are. A program voter takes ~10 s here.
 # Environment: STORE (default $LEMON_HOME/adaptive-cpu.sqlite), LIMIT (60), SEEDS (2), BENCHES ("svamp gsm8k"),
-# POOL (cpu), TRAIN_BENCHES ("gsm8k svamp multiarith"), TRAIN_LIMIT (40).
+# POOL (cpu), TRAIN_BENCHES ("gsm8k svamp multiarith"), TRAIN_LIMIT (40), JOBS (1) and THREADS (see below;
+# JOBS=2 THREADS=1 on 2 cores).
 set -euo pipefail
 home="${LEMON_HOME:-$HOME/.cache/lemon}"
 store="${STORE:-$home/adaptive-cpu.sqlite}"
@@ -37,13 +38,26 @@ log="$store.runs.log"
 bank="${BANK:-$(dirname "$0")/bank/cpu.jsonl.gz}"
 [ -f "$bank" ] && lemon cache import "$bank"
 
+# JOBS processes of each evaluation share its items through the store's claims, each model at THREADS threads.
+# On these 2 cores `JOBS=2 THREADS=1` decodes 1.8x the tokens of one process at 2 threads (P8,
+# benchmarks/bench_processes.py): llama.cpp's threads wait passively here (OMP_WAIT_POLICY, lemon/__init__.py).
+jobs="${JOBS:-1}"
+thread_args=()
+[ -n "${THREADS:-}" ] && thread_args=(--threads "$THREADS")
+lemon_jobs() {  # one `lemon eval`, as JOBS processes on the same run; fails if any of them does
+  if [ "$jobs" = 1 ]; then lemon "$@" "${thread_args[@]}"; return; fi
+  local pids=() i
+  for ((i = 0; i < jobs; i++)); do lemon "$@" "${thread_args[@]}" & pids+=($!); done
+  for i in "${pids[@]}"; do wait "$i"; done
+}
+
 evaluate() {  # benchmark method [extra eval args]: one resumable evaluation, recorded in the log first
   local bench="$1" method="$2"
   shift 2
   local args=(eval "$bench" --method "$method" --split "${SPLIT:-test}" --limit "${N_ITEMS:-$limit}" --pool "$pool"
               --level large --store "$store" "$@")
-  echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]}" >> "$log"
-  lemon "${args[@]}"
+  echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs" >> "$log"
+  lemon_jobs "${args[@]}"
 }
 
 for stage in "${stages[@]}"; do

@@ -12,6 +12,7 @@
 # a GPU machine the same command with LEMON_GPU_LAYERS=-1 (or a served pool: POOL=FILE) runs it at full size.
 #
 # Usage: LEMON_DATA_DIR=../shared/data [LIMIT=30 SEEDS=2 POOL=cpu BENCHES="..." TRAINED="runs/a/final ..."] \
+#          [JOBS=2 THREADS=1 (on 2 cores)] \
 #          bash experiments/six_benchmarks.sh [STORE]
 set -euo pipefail
 store="${1:-${LEMON_HOME:-$HOME/.cache/lemon}/six-benchmarks.sqlite}"
@@ -25,13 +26,26 @@ bank="${BANK:-$(dirname "$0")/bank/cpu.jsonl.gz}"
 [ -f "$bank" ] && lemon cache import "$bank"
 read -r -a benches <<< "${BENCHES:-multiarith svamp gsm8k aqua mmlu humaneval}"
 
+# JOBS processes of each evaluation share its items through the store's claims, each model at THREADS threads.
+# On these 2 cores `JOBS=2 THREADS=1` decodes 1.8x the tokens of one process at 2 threads (P8,
+# benchmarks/bench_processes.py): llama.cpp's threads wait passively here (OMP_WAIT_POLICY, lemon/__init__.py).
+jobs="${JOBS:-1}"
+thread_args=()
+[ -n "${THREADS:-}" ] && thread_args=(--threads "$THREADS")
+lemon_jobs() {  # one `lemon eval`, as JOBS processes on the same run; fails if any of them does
+  if [ "$jobs" = 1 ]; then lemon "$@" "${thread_args[@]}"; return; fi
+  local pids=() i
+  for ((i = 0; i < jobs; i++)); do lemon "$@" "${thread_args[@]}" & pids+=($!); done
+  for i in "${pids[@]}"; do wait "$i"; done
+}
+
 evaluate() {  # benchmark method [extra args]: one resumable evaluation, recorded in the log first
   local bench="$1" method="$2"
   shift 2
   local args=(eval "$bench" --method "$method" --limit "$limit" --seeds "$seeds" --pool "$pool"
               --store "$store" "$@")
-  echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]}" >> "$log"
-  lemon "${args[@]}"
+  echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs" >> "$log"
+  lemon_jobs "${args[@]}"
 }
 
 for bench in "${benches[@]}"; do

@@ -64,7 +64,8 @@ def _one_row_bank(tmp: Path) -> Path:
 def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, data_dir: Path) -> None:
     pool = scripted_pool_yaml(tmp_path / "pool.yaml", 0.0)
     bank = _one_row_bank(tmp_path)
-    env = _env(tmp_path, data_dir, POOL=str(pool), BENCHES="multiarith", LIMIT="2", SEEDS="1", BANK=str(bank))
+    env = _env(tmp_path, data_dir, POOL=str(pool), BENCHES="multiarith", LIMIT="2", SEEDS="1", BANK=str(bank),
+               JOBS="2", THREADS="1")  # two processes share each evaluation's items through the store's claims
     res = subprocess.run(["bash", str(ROOT / "experiments" / "six_benchmarks.sh"), str(tmp_path / "t.sqlite")],
                          env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -74,3 +75,4 @@ def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, d
         assert f"--method {method} " in (tmp_path / "t.sqlite.runs.log").read_text()
     assert "multiarith" in res.stdout and "template" in res.stdout
     assert "### Paired test: template vs " in res.stdout  # the orchestrator against the best fixed baseline
+    assert "| template | test | 2 | 1 |" in res.stdout  # complete: every item once, whichever process ran it
