@@ -56,7 +56,7 @@ evaluate() {  # benchmark method [extra eval args]: one resumable evaluation, re
   shift 2
   local args=(eval "$bench" --method "$method" --split "${SPLIT:-test}" --limit "${N_ITEMS:-$limit}" --pool "$pool"
               --level large --store "$store" "$@")
-  echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs" >> "$log"
+  echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs threads=${THREADS:-all}" >> "$log"
   lemon_jobs "${args[@]}"
 }
 

@@ -44,7 +44,7 @@ evaluate() {  # benchmark method [extra args]: one resumable evaluation, recorde
   shift 2
   local args=(eval "$bench" --method "$method" --limit "$limit" --seeds "$seeds" --pool "$pool"
               --store "$store" "$@")
-  echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs" >> "$log"
+  echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs threads=${THREADS:-all}" >> "$log"
   lemon_jobs "${args[@]}"
 }
 
