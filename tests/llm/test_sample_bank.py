@@ -59,3 +59,21 @@ async def test_an_offline_pool_refuses_a_request_the_bank_lacks(tmp_path: Path) 
                      offline=True)
     r = await Executor(pool, ROLES, params=PARAMS).run(team(3, None), "task", seed=1)
     assert r.status == "error" and "not in the LLM cache" in r.stop_reason and r.spent_tokens == 0
+
+
+async def test_an_exported_bank_imported_elsewhere_replays_every_team_offline(tmp_path: Path) -> None:
+    """The committed bank (`lemon cache export` here, `import` on another machine's empty cache) answers every
+    team of its voters with no model call and exactly the live answers: what experiments/bank/ relies on."""
+    from lemon.llm.cache_file import export_cache, import_cache
+
+    drawn = SQLiteCache(tmp_path / "here.sqlite")
+    for seed in range(4):
+        await _run(CachedBackend(ScriptedBackend("m", responder=seeded_answer), drawn), team(5, None), seed)
+    export_cache(drawn, tmp_path / "bank.jsonl.gz")
+    elsewhere = SQLiteCache(tmp_path / "elsewhere.sqlite")
+    import_cache(elsewhere, tmp_path / "bank.jsonl.gz")
+    offline = CachedBackend(CacheOnlyBackend("m"), elsewhere)
+    for seed in range(4):
+        live = await _run(ScriptedBackend("m", responder=seeded_answer), team(5, StopRule(agree=2), "v"), seed)
+        assert await _run(offline, team(5, StopRule(agree=2), "v"), seed) == live
+    assert offline.hits > 0
