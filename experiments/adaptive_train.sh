@@ -30,10 +30,8 @@ pool="${POOL:-cpu}"
 stages="${STAGES:-sft train eval report}"
 mix="gsm8k,svamp,multiarith"
 mkdir -p "$runs"
-# The committed sample bank (`lemon cache export`, experiments/bank/README.md) seeds the LLM cache, so a new
-# machine replays what earlier ones drew instead of drawing it again (the import adds only missing keys).
-bank="${BANK:-$(dirname "$0")/bank/cpu.jsonl.gz}"
-[ -f "$bank" ] && lemon cache import "$bank"
+source "$(dirname "$0")/common.sh"  # import_bank, lemon_jobs (JOBS, THREADS)
+import_bank
 git -C "$here" rev-parse HEAD > "$runs/commit.txt" 2>/dev/null || true
 has() { [[ " $stages " == *" $1 "* ]]; }
 

@@ -20,24 +20,10 @@ limit="${LIMIT:-30}"
 seeds="${SEEDS:-2}"
 pool="${POOL:-cpu}"
 log="$store.runs.log"
-# The committed sample bank (`lemon cache export`, experiments/bank/README.md) seeds the LLM cache, so a new
-# machine replays what earlier ones drew instead of drawing it again (the import adds only missing keys).
-bank="${BANK:-$(dirname "$0")/bank/cpu.jsonl.gz}"
-[ -f "$bank" ] && lemon cache import "$bank"
+source "$(dirname "$0")/common.sh"  # import_bank, lemon_jobs (JOBS, THREADS)
+import_bank
 read -r -a benches <<< "${BENCHES:-multiarith svamp gsm8k aqua mmlu humaneval}"
 
-# JOBS processes of each evaluation share its items through the store's claims, each model at THREADS threads.
-# On these 2 cores `JOBS=2 THREADS=1` decodes 1.8x the tokens of one process at 2 threads (P8,
-# benchmarks/bench_processes.py): llama.cpp's threads wait passively here (OMP_WAIT_POLICY, lemon/__init__.py).
-jobs="${JOBS:-1}"
-thread_args=()
-[ -n "${THREADS:-}" ] && thread_args=(--threads "$THREADS")
-lemon_jobs() {  # one `lemon eval`, as JOBS processes on the same run; fails if any of them does
-  if [ "$jobs" = 1 ]; then lemon "$@" "${thread_args[@]}"; return; fi
-  local pids=() i
-  for ((i = 0; i < jobs; i++)); do lemon "$@" "${thread_args[@]}" & pids+=($!); done
-  for i in "${pids[@]}"; do wait "$i"; done
-}
 
 evaluate() {  # benchmark method [extra args]: one resumable evaluation, recorded in the log first
   local bench="$1" method="$2"

@@ -1,0 +1,22 @@
+# Sourced by the experiment scripts (adaptive_cpu.sh, adaptive_train.sh, six_benchmarks.sh): what they share.
+
+# The committed sample bank (`lemon cache export`, experiments/bank/README.md) seeds the LLM cache, so a new
+# machine replays what earlier ones drew instead of drawing it again (the import adds only missing keys).
+# BANK=PATH picks another file; a missing file imports nothing.
+import_bank() {
+  local bank="${BANK:-$(dirname "${BASH_SOURCE[0]}")/bank/cpu.jsonl.gz}"
+  if [ -f "$bank" ]; then lemon cache import "$bank"; fi
+}
+
+# JOBS processes of each evaluation share its items through the store's claims, each model at THREADS threads.
+# On these 2 cores `JOBS=2 THREADS=1` decodes 1.8x the tokens of one process at 2 threads (P8,
+# benchmarks/bench_processes.py): llama.cpp's threads wait passively here (OMP_WAIT_POLICY, lemon/__init__.py).
+jobs="${JOBS:-1}"
+thread_args=()
+if [ -n "${THREADS:-}" ]; then thread_args=(--threads "$THREADS"); fi
+lemon_jobs() {  # one `lemon eval`, as JOBS processes on the same run; fails if any of them does
+  if [ "$jobs" = 1 ]; then lemon "$@" "${thread_args[@]}"; return; fi
+  local pids=() i
+  for ((i = 0; i < jobs; i++)); do lemon "$@" "${thread_args[@]}" & pids+=($!); done
+  for i in "${pids[@]}"; do wait "$i"; done
+}
