@@ -62,8 +62,13 @@ class RunStats:
         return self.tokens_mean + self.orchestrator_tokens_mean
 
     @property
+    def expected_rows(self) -> int:
+        """(item, seed) pairs the run was started for."""
+        return self.run.n_items * max(1, self.run.seeds)
+
+    @property
     def complete(self) -> bool:
-        return self.rows >= self.run.n_items * max(1, self.run.seeds)
+        return self.rows >= self.expected_rows
 
 
 def run_stats(run: RunInfo, rows: Sequence[ItemRow]) -> RunStats:
@@ -311,7 +316,7 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
                   "| worker tokens / item | orch. tokens / item | wall s / item | errors | run |",
                   "|---|---|---:|---:|---|---|---:|---|---:|---:|---:|---:|---|"]
         for s in (s for s in stats if s.run.benchmark == bench):
-            partial = "" if s.complete else f" (partial: {s.rows}/{s.run.n_items * s.run.seeds} rows)"
+            partial = "" if s.complete else f" (partial: {s.rows}/{s.expected_rows} rows)"
             temp = s.run.config.get("temperature", "")
             level = shown_level(s.run.method, s.run.level)
             lines.append(

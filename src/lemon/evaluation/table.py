@@ -28,7 +28,11 @@ class RunStats(Protocol):
     def cost(self) -> float: ...
 
     @property
+    def expected_rows(self) -> int: ...
+
+    @property
     def complete(self) -> bool: ...
+
 
 #: The paper's column order; a benchmark it does not list follows in name order.
 BENCHMARK_ORDER = ("mmlu", "gsm8k", "aqua", "multiarith", "svamp", "humaneval")
@@ -44,7 +48,7 @@ def _cell(s: RunStats) -> str:
     if s.rows == 0:
         return "–"
     std = "" if s.accuracy_std is None else f" ± {100 * s.accuracy_std:.1f}"
-    partial = "" if s.complete else f", partial {s.rows}/{s.run.n_items * s.run.seeds} rows"
+    partial = "" if s.complete else f", partial {s.rows}/{s.expected_rows} rows"
     return (f"{100 * s.accuracy_mean:.1f}{std} % at {s.cost:,.0f} tok "
             f"({s.run.split}, {s.n_items} x {len(s.seeds)}{partial})")
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lemon.errors import StorageError
+from lemon.files import write_atomic
 from lemon.llm.cache import SQLiteCache
 
 FORMAT = "lemon-llm-cache/1"
@@ -49,11 +50,9 @@ def export_cache(cache: SQLiteCache, path: Path) -> Transfer:
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, compresslevel=9) as gz:
         gz.write(("\n".join(lines) + "\n").encode("utf-8"))
-    tmp = path.with_name(path.name + ".tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(buffer.getvalue())
-        tmp.replace(path)
+        write_atomic(path, buffer.getvalue())
     except OSError as exc:
         raise StorageError(f"cannot write the cache export {path} ({exc.strerror or exc}); choose a writable "
                            "path") from None
