@@ -34,6 +34,18 @@ def test_source_counts_and_unique_ids(bench: str, source: str, n: int, data_dir:
     assert all(it.question.strip() and it.answer.strip() for it in items)
 
 
+def test_mmlu_order_interleaves_subjects(data_dir: Path) -> None:
+    """Upstream is one file per subject; the first 57 items take one question of every subject, and within a
+    subject the rows keep their upstream order (the id's row number rises)."""
+    val = load_source("mmlu", "val", data_dir)
+    assert len({it.meta["subject"] for it in val[:57]}) == 57
+    assert val[0].id == "mmlu/val/abstract_algebra/0" and val[57].id == "mmlu/val/abstract_algebra/1"
+    rows: dict[str, list[int]] = {}
+    for it in val:
+        rows.setdefault(it.meta["subject"], []).append(int(it.id.rsplit("/", 1)[1]))
+    assert all(r == list(range(len(r))) for r in rows.values())
+
+
 def test_item_fields_per_format(data_dir: Path) -> None:
     g = load_source("gsm8k", "test", data_dir)
     assert g[0].id == "gsm8k/test/0" and g[0].answer == "18" and g[0].question.startswith("Janet")

@@ -7,12 +7,18 @@
 | dev   | train  |   279 | upstream `dev/` (285) minus 6 whose question text is in val/test |
 
 Each split is a folder of headerless CSVs `<subject>_<split>.csv` whose fields hold commas and newlines.
+
+Order: round-robin over the subjects (row 0 of every subject in name order, then row 1, ...). The upstream files
+are one subject each, so in file order the first 30 `val` items were abstract algebra, anatomy and 5 astronomy
+questions; interleaved, the first n items of a split span min(n, 57) subjects, and an evaluation of the first
+n items samples the whole benchmark. Item ids name subject and row, so they do not depend on the order.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,21 +33,24 @@ def _parser(split: str) -> Callable[[Path, str], list[Item]]:
         files = sorted(folder.glob(f"*{suffix}")) if folder.is_dir() else []
         if not files:
             raise data_error(folder, f"missing or has no *{suffix} files", fmt)
-        items = []
+        by_subject = []
         for path in files:
             subject = path.name[: -len(suffix)]
             try:
                 rows = list(csv.reader(io.StringIO(read_bytes(path, fmt).decode("utf-8"), newline="")))
             except (UnicodeDecodeError, csv.Error) as exc:
                 raise data_error(path, f"unreadable CSV ({exc})", fmt) from None
-            for i, row in enumerate(rows):
-                if len(row) != 6 or row[5].strip() not in ("A", "B", "C", "D"):
-                    raise data_error(path, f"row {i + 1} has {len(row)} fields or a bad answer letter", fmt)
-                items.append(Item(f"mmlu/{split}/{subject}/{i}", row[0].strip(), row[5].strip(),
-                                  tuple(c.strip() for c in row[1:5]), meta={"subject": subject}))
-        return items
+            by_subject.append([_item(split, subject, i, row, path, fmt) for i, row in enumerate(rows)])
+        return [item for rank in itertools.zip_longest(*by_subject) for item in rank if item is not None]
 
     return parse
+
+
+def _item(split: str, subject: str, i: int, row: list[str], path: Path, fmt: str) -> Item:
+    if len(row) != 6 or row[5].strip() not in ("A", "B", "C", "D"):
+        raise data_error(path, f"row {i + 1} has {len(row)} fields or a bad answer letter", fmt)
+    return Item(f"mmlu/{split}/{subject}/{i}", row[0].strip(), row[5].strip(), tuple(c.strip() for c in row[1:5]),
+                meta={"subject": subject})
 
 
 MMLU = DataBenchmark(
