@@ -261,3 +261,27 @@ def test_the_cross_benchmark_table_names_split_items_and_seeds_in_every_cell(tmp
     assert "| cot@medium | 62.5 ± 17.7 % at 100 tok (test, 4 x 2) | 100.0 % at 50 tok (test, 4 x 1) |" in table
     assert "| vanilla@medium | – | 100.0 % at 40 tok (test, 3 x 1, partial 3/4 rows) |" in table
     assert "| paper: LEMON, Qwen2.5 7B/14B/32B workers (orientation only) | 94.3 % (test, 1,319) |" in table
+
+
+def test_the_cross_benchmark_table_pairs_every_cell_with_its_columns_best_fixed_baseline(tmp_path: Path) -> None:
+    """Issue 25's paired tests against the best baseline, for every method and benchmark: the best is a fixed
+    baseline (never the template), the cheaper of two equally accurate ones, and a complete run before a
+    partial one; a cell sharing fewer pairs with the best says how many."""
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        items = [str(i) for i in range(6)]
+        _fill(store, "v", "vanilla", {(i, 0): k < 1 for k, i in enumerate(items)}, 1, 10)
+        _fill(store, "c", "chain", {(i, 0): k < 5 for k, i in enumerate(items)}, 1, 40)  # listed before tree
+        _fill(store, "t", "tree", {(i, 0): k < 5 for k, i in enumerate(items)}, 1, 30)
+        _fill(store, "tmpl0001", "template", {(i, 0): True for i in items}, 1, 30)
+        _fill(store, "s1", "cot", {(i, 0): k < 3 for k, i in enumerate(items[:4])}, 1, 50, benchmark="svamp")
+        _fill(store, "s2", "vanilla", {(i, 0): True for i in items[:3]}, 1, 40, benchmark="svamp")
+        store.ensure_run("s2", benchmark="svamp", split="test", method="vanilla", pool="tiny", level="medium",
+                         seeds=1, n_items=4, config={"temperature": 0.7})
+        markdown = build_report(store).markdown
+    paired = markdown[markdown.index("### Paired with the best"):markdown.index("\n## gsm8k")]
+    assert "| best fixed baseline | tree@medium | cot@medium |" in paired
+    assert "| tree@medium | **best** | – |" in paired
+    assert "| chain@medium | 0/0, p = 1 | – |" in paired
+    assert f"| vanilla@medium | 0/4, p = {mcnemar_exact(0, 4):.2g} | 0/0, p = 1 (3 pairs) |" in paired
+    assert "| template | 1/0, p = 1 | – |" in paired
+    assert "| cot@medium | – | **best** |" in paired

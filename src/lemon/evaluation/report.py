@@ -30,7 +30,7 @@ from lemon.errors import LemonError, StorageError
 from lemon.evaluation.baselines import method_names
 from lemon.evaluation.methods import run_label, shown_level, uses_level
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
-from lemon.evaluation.table import benchmark_table
+from lemon.evaluation.table import PairFn, benchmark_table, best_of
 from lemon.evaluation.teams import adaptive_runs, teams_lines
 from lemon.files import disk_full, write_atomic
 from lemon.llm.models import parameters_b
@@ -179,15 +179,15 @@ BEST = "best"
 
 
 def _best_other(store: ResultsStore, runs: Sequence[RunInfo], ra: RunInfo) -> RunInfo | None:
-    """The most accurate fixed baseline of another method on A's benchmark, split and pool: at A's level when A
-    is a baseline, at any level when A picks its agents' levels (the template, a trained policy), whose runs
-    are stored under a nominal level (issue 25: `template,best` found no partner)."""
+    """The best fixed baseline (`table.best_of`: the most accurate, the cheaper on a tie) of another method on
+    A's benchmark, split and pool: at A's level when A is a baseline, at any level when A picks its agents'
+    levels (the template, a trained policy), whose runs are stored under a nominal level (issue 25:
+    `template,best` found no partner)."""
     group = [r for r in runs if r.method != ra.method and uses_level(r.method)
              and (r.benchmark, r.split, r.pool) == (ra.benchmark, ra.split, ra.pool)
              and (r.level == ra.level or not uses_level(ra.method))]
-    scored = [(run_stats(r, store.items(r.run_id)).accuracy_mean, r) for r in group]
-    scored = [(acc, r) for acc, r in scored if not math.isnan(acc)]
-    return max(scored, key=lambda x: x[0])[1] if scored else None
+    best = best_of([run_stats(r, store.items(r.run_id)) for r in group])
+    return best.run if best else None
 
 
 def find_comparisons(store: ResultsStore, runs: Sequence[RunInfo], a: str, b: str) -> list[PairedResult]:
@@ -290,8 +290,10 @@ def _fmt_tokens(x: float) -> str:
 
 
 def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResult], *, store_path: Path,
-                    generated_at: str, teams: Mapping[str, Sequence[str]] | None = None) -> str:
-    """The results document: provenance line, one table per benchmark, the paired tests, then the teams each
+                    generated_at: str, teams: Mapping[str, Sequence[str]] | None = None,
+                    pair: PairFn | None = None) -> str:
+    """The results document: provenance line, the cross-benchmark table (with `pair`, its paired tests against
+    each benchmark's best baseline), one table per benchmark, the paired tests, then the teams each
     orchestrating method wrote (`teams`: benchmark -> markdown lines, see `lemon.evaluation.teams`)."""
     lines = [
         "# LEMON evaluation results",
@@ -308,7 +310,7 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
     paper = paper_results()
     if not benchmarks:
         lines += ["", "_The store holds no runs yet: run `lemon eval` first._"]
-    overview = benchmark_table(stats, paper)
+    overview = benchmark_table(stats, paper, pair)
     lines += ["", *overview] if overview else []
     for bench in benchmarks:
         lines += ["", f"## {bench}", "",
@@ -442,7 +444,12 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
     order = {m: i for i, m in enumerate((*method_names(), "prompted"))}
     runs = sorted(store.runs(), key=lambda r: (r.benchmark, order.get(r.method, len(order)), r.method, r.pool,
                                                r.level, r.created))
-    stats = tuple(run_stats(r, store.items(r.run_id)) for r in runs)
+    rows = {r.run_id: store.items(r.run_id) for r in runs}
+    stats = tuple(run_stats(r, rows[r.run_id]) for r in runs)
+
+    def pair(a: RunStats, b: RunStats) -> PairedResult:
+        return paired_compare(a.run, rows[a.run.run_id], b.run, rows[b.run.run_id])
+
     comparisons: list[PairedResult] = []
     methods = sorted({r.method for r in runs})
     for a, b in compare:
@@ -458,7 +465,8 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
     teams: dict[str, list[str]] = defaultdict(list)
     for run in adaptive_runs(store, runs, method_names()):
         teams[run.benchmark] += teams_lines(store, run)
-    markdown = render_markdown(stats, comparisons, store_path=store.path, generated_at=generated_at, teams=teams)
+    markdown = render_markdown(stats, comparisons, store_path=store.path, generated_at=generated_at, teams=teams,
+                               pair=pair)
     if out is not None:
         write_report(out, markdown)
     plot_path = plot_accuracy_vs_tokens(stats, plot, store_path=store.path, generated_at=generated_at) \

@@ -2,15 +2,16 @@
 
 Every cell names its own split, items and seeds, because the table is filled over several working periods
 (`experiments/six_benchmarks.sh`) and a cell must not borrow a neighbour's: a partial run says so. The paper's
-numbers sit in the last row for orientation only (other workers, the full splits).
+numbers sit in the last row for orientation only (other workers, the full splits). A second table pairs every
+cell with the best fixed baseline of its column (exact McNemar on the shared (item, seed) pairs).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from lemon.evaluation.methods import run_label
+from lemon.evaluation.methods import run_label, uses_level
 from lemon.evaluation.store import RunInfo
 
 
@@ -32,6 +33,27 @@ class RunStats(Protocol):
 
     @property
     def complete(self) -> bool: ...
+
+
+class Paired(Protocol):
+    """What a cell reads of `report.PairedResult`: method A (the cell) against B (the column's best)."""
+
+    pairs: int
+    a_only: int
+    b_only: int
+    p_value: float
+
+
+#: Pairs the runs of two cells (A, B) on their shared (item, seed) keys.
+PairFn = Callable[[RunStats, RunStats], Paired]
+
+
+def best_of(stats: Sequence[RunStats]) -> RunStats | None:
+    """The best of some runs of one benchmark: the most accurate, the cheaper on a tie, a complete run before a
+    partial one (a partial run's accuracy rests on fewer pairs)."""
+    scored = [s for s in stats if s.rows and s.accuracy_mean == s.accuracy_mean]
+    complete = [s for s in scored if s.complete]
+    return max(complete or scored, key=lambda s: (s.accuracy_mean, -s.cost), default=None)
 
 
 #: The paper's column order; a benchmark it does not list follows in name order.
@@ -63,9 +85,10 @@ def _runs_by_cell(stats: Sequence[RunStats]) -> dict[tuple[str, str], RunStats]:
     return cells
 
 
-def benchmark_table(stats: Sequence[RunStats], paper: Mapping[str, Any]) -> list[str]:
+def benchmark_table(stats: Sequence[RunStats], paper: Mapping[str, Any], pair: PairFn | None = None) -> list[str]:
     """The markdown lines of the table ([] with fewer than two benchmarks: each benchmark's own table says it
-    all). Accuracy is the mean over seeds ± their sample std; tokens are worker + orchestrator tokens per item."""
+    all), then, given `pair`, the paired tests against each column's best fixed baseline. Accuracy is the mean
+    over seeds ± their sample std; tokens are worker + orchestrator tokens per item."""
     columns = _columns(stats)
     if len(columns) < 2:
         return []
@@ -82,4 +105,31 @@ def benchmark_table(stats: Sequence[RunStats], paper: Mapping[str, Any]) -> list
     reported = [paper["lemon"].get(b) for b in columns]
     row = [f"{e['accuracy']:.1f} % ({e['split']}, {e['items']:,})" if e else "–" for e in reported]
     lines.append(f"| paper: LEMON, {paper['workers']} workers (orientation only) | " + " | ".join(row) + " |")
+    return lines + (_paired_table(cells, labels, columns, pair) if pair else [])
+
+
+def _paired_cell(s: RunStats, best: RunStats, pair: PairFn) -> str:
+    if s is best:
+        return "**best**"
+    r = pair(s, best)
+    shared = "" if r.pairs == best.rows else f" ({r.pairs} pairs)"
+    return f"{r.a_only}/{r.b_only}, p = {r.p_value:.2g}{shared}"
+
+
+def _paired_table(cells: Mapping[tuple[str, str], RunStats], labels: Sequence[str], columns: Sequence[str],
+                  pair: PairFn) -> list[str]:
+    best = {b: best_of([s for (label, bench), s in cells.items() if bench == b and uses_level(s.run.method)])
+            for b in columns}
+    names = [run_label(best[b].run.method, best[b].run.level) if best[b] else "–" for b in columns]
+    lines = ["", "### Paired with the best fixed baseline of each benchmark", "",
+             "Exact McNemar test on the (item, seed) pairs a cell shares with its column's best fixed baseline "
+             "(the most accurate, the cheaper on a tie; chosen on these same items, so p answers \"is the best "
+             "reliably better\"): the pairs this method alone got right / the pairs the best alone got right, "
+             "p (two-sided).", "",
+             "| method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns),
+             "| best fixed baseline | " + " | ".join(names) + " |"]
+    for label in labels:
+        row = [_paired_cell(cells[(label, b)], best[b], pair) if (label, b) in cells and best[b]
+               and cells[(label, b)].rows else "–" for b in columns]
+        lines.append(f"| {label} | " + " | ".join(row) + " |")
     return lines
