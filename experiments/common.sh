@@ -14,9 +14,15 @@ import_bank() {
 jobs="${JOBS:-1}"
 thread_args=()
 if [ -n "${THREADS:-}" ]; then thread_args=(--threads "$THREADS"); fi
+# A script's background jobs start with SIGINT ignored, so Ctrl-C (or a TERM to the script) would end it and leave
+# them running: it hands them TERM, which `lemon` takes as Ctrl-C (finished items kept, claims released), waits
+# for them, and stops with 130.
 lemon_jobs() {  # one `lemon eval`, as JOBS processes on the same run; fails if any of them does
   if [ "$jobs" = 1 ]; then lemon "$@" "${thread_args[@]}"; return; fi
-  local pids=() i
+  local pids=() i status=0
   for ((i = 0; i < jobs; i++)); do lemon "$@" "${thread_args[@]}" & pids+=($!); done
-  for i in "${pids[@]}"; do wait "$i"; done
+  trap 'kill -TERM "${pids[@]}" 2>/dev/null; wait; exit 130' INT TERM
+  for i in "${pids[@]}"; do wait "$i" || status=$?; done
+  trap - INT TERM
+  return "$status"
 }

@@ -4,11 +4,14 @@ the sample bank, the anchors answered from it, the stop-rule table replayed offl
 from __future__ import annotations
 
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from tests.evaluation.test_cli import scripted_pool_yaml
+from tests.evaluation.test_cli import _rows, scripted_pool_yaml
 
 ROOT = Path(__file__).parents[2]
 
@@ -76,3 +79,51 @@ def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, d
     assert "multiarith" in res.stdout and "template" in res.stdout
     assert "### Paired test: template vs " in res.stdout  # the orchestrator against the best fixed baseline
     assert "| template | test | 2 | 1 |" in res.stdout  # complete: every item once, whichever process ran it
+
+
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT at its default, as for a script started at a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ctrl_c_stops_a_scripts_parallel_evaluations(tmp_path: Path, data_dir: Path) -> None:
+    """`lemon_jobs` (experiments/common.sh) starts JOBS `lemon eval` processes in the background, which bash
+    starts with SIGINT ignored: Ctrl-C ended the script and left them running. Now the script hands them TERM,
+    which `lemon` takes as Ctrl-C: each says what it keeps, releases its claims and exits; the script exits 130.
+    Deterministic: after one call each, the scripted workers wait while `hold` exists."""
+    store, hold = tmp_path / "s.sqlite", tmp_path / "hold"
+    hold.touch()
+    pool = scripted_pool_yaml(tmp_path / "pool.yaml", 0.0, hold=f"hold_file: '{hold}', hold_after_calls: 1")
+    script = (f"source {ROOT / 'experiments' / 'common.sh'}; lemon_jobs eval multiarith --method vanilla "
+              f"--pool {pool} --level small --limit 20 --store {store} --concurrency 1")
+    proc = subprocess.Popen(["bash", "-c", script], env=_env(tmp_path, data_dir, JOBS="2"), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_default_sigint,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_rows(store)) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "no 2 rows while the workers hold"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        deadline = time.monotonic() + 30
+        while _group_alive(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _group_alive(proc.pid), "an evaluation outlived the interrupted script"
+    finally:
+        if _group_alive(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+        hold.unlink(missing_ok=True)
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert err.decode().count("interrupted: every finished item is saved") == 2, err.decode()[-2000:]
+    db = sqlite3.connect(store)
+    assert db.execute("SELECT COUNT(*) FROM claims").fetchone() == (0,)  # nothing left for a resumed run to wait on
+    db.close()

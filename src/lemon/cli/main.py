@@ -35,6 +35,7 @@ from lemon.cli.options import (
     check_worker_options,
     consoles,
     opt,
+    stop_on_sigterm,
 )
 from lemon.errors import LemonError
 
@@ -193,6 +194,7 @@ def main() -> None:
     Typer's standalone mode handles its own usage errors (an unknown option or a bad value: the usage, one
     error line, exit 2) through the click copy it vendors; LemonError is ours to print.
     """
+    stop_on_sigterm()
     try:
         app(prog_name="lemon")
     except LemonError as exc:

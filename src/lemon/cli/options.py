@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any, NamedTuple
 
 import typer
@@ -129,6 +131,26 @@ ApiKeyEnvOpt = Annotated[str | None, opt("api_key_env")]
 class Consoles(NamedTuple):
     out: Console
     err: Console
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (kill's default, a timeout, a process manager, a script stopping its background jobs) stops a
+    command as Ctrl-C does: what it keeps is kept and said, claims are released, exit 130. Python's default
+    ended the process on the spot, so another process on the same run waited out the dead one's claims. A
+    script's background job starts with SIGINT ignored and TERM is then the way to stop it
+    (experiments/common.sh)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def stop_on_signals() -> None:
+    """Ctrl-C as well as SIGTERM, even where SIGINT was handed over ignored (bash does so for a script's
+    background jobs): for a command whose normal stop is Ctrl-C (`lemon serve`)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_on_sigterm()
 
 
 @functools.cache

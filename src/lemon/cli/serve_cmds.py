@@ -7,27 +7,13 @@ then uses them with `--pool FILE`; `lemon train` and `lemon sft` start their own
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
-from types import FrameType
 from typing import Annotated
 
 import typer
 
-from lemon.cli.options import DEFAULT_POOL, MaybeThreadsOpt, PoolOpt, apply_threads, consoles, opt
-
-
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
-def _stop_on_signals() -> None:
-    """Ctrl-C or SIGTERM stops the servers cleanly. A script that starts `lemon serve &` hands it SIGINT
-    ignored (bash does so for background jobs), so Python's own Ctrl-C handler is restored explicitly, and
-    SIGTERM (kill's default) no longer ends the process before the servers are stopped."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _interrupt)
+from lemon.cli.options import DEFAULT_POOL, MaybeThreadsOpt, PoolOpt, apply_threads, consoles, opt, stop_on_signals
 
 
 def serve_cmd(
@@ -44,7 +30,7 @@ def serve_cmd(
     from lemon.paths import lemon_home
 
     apply_threads(threads)
-    _stop_on_signals()
+    stop_on_signals()
     console = consoles().out
     folder = out or lemon_home() / "served" / Path(read_pool_config(pool).name).name
     with serving(pool, folder, port=port) as path:
