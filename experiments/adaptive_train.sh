@@ -19,6 +19,7 @@
 #        items, teach on all N_TRAIN)] [DECISION_WEIGHT=10 (SFT loss weight of the fields the targets differ
 #        in)] [N_EVAL=2] [EPOCHS=3] [SFT_SEED=0 (the SFT shuffling seed: a second training seed of the SFT
 #        policy goes to its own RUNS_DIR)]
+#        [POLICY=HF_DIR (the policy SFT starts from; default SmolLM2-135M)]
 #        [ARMS="cf global"] [BENCHES="svamp gsm8k"] [STAGES="sft train eval report"] [STORE=...] [POOL=cpu]
 #        bash experiments/adaptive_train.sh [RUNS_DIR]
 set -euo pipefail
@@ -38,7 +39,7 @@ has() { [[ " $stages " == *" $1 "* ]]; }
 if has sft && [ ! -f "$runs/sft/sft.json" ]; then
   lemon sft --out "$runs/sft" --teacher "${TEACHER:-bank}" --prompt "${PROMPT:-full}" --teacher-pool "$pool" \
     --benchmark "$mix" --limit "${N_TRAIN:-40}" --n-eval "${N_EVAL:-2}" --epochs "${EPOCHS:-3}" \
-    --seed "${SFT_SEED:-0}" \
+    --seed "${SFT_SEED:-0}" ${POLICY:+--policy "$POLICY"} \
     ${BANK_ITEMS:+--bank-items "$BANK_ITEMS"} ${DECISION_WEIGHT:+--decision-weight "$DECISION_WEIGHT"}
 fi
 

@@ -1,26 +1,40 @@
 #!/usr/bin/env bash
 # Issue 25's six-benchmark table: every fixed baseline at `large` (vanilla, cot, sc-cot, the esc / asc stopping
-# anchors and the logprob gate, chain, tree, complete, random), the default template and any trained policies given in TRAINED, on
+# anchors and the logprob gate, chain, tree, complete, random), the default template and the trained policies, on
 # MMLU, GSM8K, AQuA, MultiArith, SVAMP and HumanEval `test` (MMLU: its `val` evaluation split), the first LIMIT
 # items x SEEDS seeds, the same items and seeds for every method, then `lemon report` with paired tests against
-# the best baseline. Resumable: every `lemon eval` resumes from the store, so re-run it after an interruption.
+# the best baseline. Resumable: every stage resumes (evaluations from the store, training from its run
+# directory), so re-run it after an interruption.
 #
 # Order: cheapest methods first and one benchmark-method pair at a time, so a partial run is already a table;
 # sc-cot with 5 voters fills the sample bank, after which cot / esc / asc of the same items cost no worker call
-# (runtime.executor.sample_slot). On these 2 cores one `large` agent takes ~20 s per item: the whole table at
-# 30 x 2 is days of CPU, so it runs in the background over several working periods (say how far it got). On
-# a GPU machine the same command with LEMON_GPU_LAYERS=-1 (or a served pool: POOL=FILE) runs it at full size.
+# (runtime.executor.sample_slot). Then the trained policies' training, the orchestrators (the template and the
+# trained policies), and last the multi-agent fixed topologies, the costliest and in the paper the weakest. On these 2 cores one `large` agent
+# takes ~20 s per item: the whole table at 30 x 2 is days of CPU, so it runs in the background over several
+# working periods (say how far it got). On a GPU machine the same command with LEMON_GPU_LAYERS=-1 (or a served
+# pool: POOL=FILE) runs it at full size.
 #
-# Usage: LEMON_DATA_DIR=../shared/data [LIMIT=30 SEEDS=2 POOL=cpu BENCHES="..." TRAINED="runs/a/final ..."] \
-#          [JOBS=2 THREADS=1 (on 2 cores)] \
+# Trained policies. TRAINED=auto (the default) trains the table's own with issue 24's recipe (r8), each stage
+# resumable: the 5-voter prose and program banks of the TRAIN items of GSM8K, SVAMP and MultiArith
+# (adaptive_cpu.sh train-bank train-program-bank, TRAIN_LIMIT items each, into a store of their own), SFT of
+# POLICY on the program-menu bank teacher (N_TRAIN items a benchmark, the team of each chosen on the banked
+# ones), then GRPO with counterfactual credit over the banked items (adaptive_train.sh: arm `cf`, seed 0, STEPS
+# steps), into POLICY_RUNS. The SFT policy and the GRPO policy then enter the table like every method; they are
+# trained on the three math benchmarks only, so their MMLU, AQuA and HumanEval cells measure transfer.
+# TRAINED="DIR ..." evaluates policies trained elsewhere instead; TRAINED=none leaves them out.
+#
+# Usage: LEMON_DATA_DIR=../shared/data [LIMIT=30 SEEDS=2 POOL=cpu BENCHES="..."] [JOBS=2 THREADS=1 (on 2 cores)]
+#          [TRAINED=auto|none|"DIR ..."] [POLICY_RUNS=DIR TRAIN_LIMIT=20 N_TRAIN=60 STEPS=30 POLICY=HF_DIR]
 #          bash experiments/six_benchmarks.sh [STORE]
 set -euo pipefail
-store="${1:-${LEMON_HOME:-$HOME/.cache/lemon}/six-benchmarks.sqlite}"
+here="$(cd "$(dirname "$0")" && pwd)"
+home="${LEMON_HOME:-$HOME/.cache/lemon}"
+store="${1:-$home/six-benchmarks.sqlite}"
 limit="${LIMIT:-30}"
 seeds="${SEEDS:-2}"
 pool="${POOL:-cpu}"
 log="$store.runs.log"
-source "$(dirname "$0")/common.sh"  # import_bank, lemon_jobs (JOBS, THREADS)
+source "$here/common.sh"  # import_bank, lemon_jobs (JOBS, THREADS)
 import_bank
 read -r -a benches <<< "${BENCHES:-multiarith svamp gsm8k aqua mmlu humaneval}"
 
@@ -30,8 +44,16 @@ evaluate() {  # benchmark method [extra args]: one resumable evaluation, recorde
   shift 2
   local args=(eval "$bench" --method "$method" --limit "$limit" --seeds "$seeds" --pool "$pool"
               --store "$store" "$@")
-  echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs threads=${THREADS:-all}" >> "$log"
+  echo "$(date -u +%FT%TZ) commit=$(git -C "$here" rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs threads=${THREADS:-all}" >> "$log"
   lemon_jobs "${args[@]}"
+}
+
+train_policies() {  # RUNS_DIR: the TRAIN-item banks, SFT, GRPO (+CF); each stage resumes or is skipped when done
+  local runs="$1" train_store="${store%.sqlite}-train.sqlite" n_bank="${TRAIN_LIMIT:-20}"
+  STORE="$train_store" TRAIN_LIMIT="$n_bank" bash "$here/adaptive_cpu.sh" train-bank train-program-bank &&
+  STORE="$train_store" TEACHER=bank-budget-programs PROMPT=terse BANK_ITEMS="$n_bank" N_TRAIN="${N_TRAIN:-60}" \
+    N_EVAL="${N_EVAL:-5}" DECISION_WEIGHT=10 STAGES=sft bash "$here/adaptive_train.sh" "$runs" &&
+  STORE="$train_store" N_TRAIN="$n_bank" ARMS=cf TRAIN_SEEDS=0 STAGES=train bash "$here/adaptive_train.sh" "$runs"
 }
 
 for bench in "${benches[@]}"; do
@@ -39,12 +61,23 @@ for bench in "${benches[@]}"; do
   evaluate "$bench" sc-cot --level large --agents 5
   for method in cot esc asc gate; do evaluate "$bench" "$method" --level large; done
 done
+trained="${TRAINED:-auto}" failed=""
+if [ "$trained" = auto ]; then  # a failed training leaves the rest of the table to run, and the exit status to say so
+  runs="${POLICY_RUNS:-$home/six-benchmarks-policy}" trained=""
+  train_policies "$runs" || failed="training the policies failed (above)"
+  for dir in "$runs/sft/model" "$runs/cf-s0/final"; do if [ -d "$dir" ]; then trained+=" $dir"; fi; done
+elif [ "$trained" = none ]; then
+  trained=""
+fi
+for bench in "${benches[@]}"; do
+  evaluate "$bench" template
+  for policy in $trained; do evaluate "$bench" "trained:$policy"; done
+done
 for bench in "${benches[@]}"; do
   for method in chain tree complete random; do evaluate "$bench" "$method" --level large; done
-  evaluate "$bench" template
-  for policy in ${TRAINED:-}; do evaluate "$bench" "trained:$policy"; done
 done
 # Paired tests against the best fixed baseline of each benchmark (at any level for the orchestrators)
 compare=(--compare "vanilla,best" --compare "template,best")
-for policy in ${TRAINED:-}; do compare+=(--compare "trained:$policy,best"); done
+for policy in $trained; do compare+=(--compare "trained:$policy,best"); done
 lemon report --store "$store" "${compare[@]}"
+if [ -n "$failed" ]; then echo "six_benchmarks: $failed; the table has the policies that exist:${trained:- none}" >&2; exit 1; fi

@@ -65,17 +65,28 @@ def _one_row_bank(tmp: Path) -> Path:
 
 
 def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, data_dir: Path) -> None:
+    """The one command of issue 25, on the scripted pool: the baselines, then its own policies' training (the
+    TRAIN-item banks into a store of their own, then SFT, which the scripted workers fail: no banked team is
+    ever right), then the orchestrators and the multi-agent baselines all the same; the exit status says that
+    the training failed."""
     pool = scripted_pool_yaml(tmp_path / "pool.yaml", 0.0)
     bank = _one_row_bank(tmp_path)
     env = _env(tmp_path, data_dir, POOL=str(pool), BENCHES="multiarith", LIMIT="2", SEEDS="1", BANK=str(bank),
-               JOBS="2", THREADS="1")  # two processes share each evaluation's items through the store's claims
+               JOBS="2", THREADS="1",  # two processes share each evaluation's items through the store's claims
+               TRAIN_LIMIT="2", N_TRAIN="2", N_EVAL="1", POLICY_RUNS=str(tmp_path / "policy"))
     res = subprocess.run(["bash", str(ROOT / "experiments" / "six_benchmarks.sh"), str(tmp_path / "t.sqlite")],
-                         env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert res.returncode == 0, res.stderr[-2000:]
+                         env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert res.returncode == 1, res.stderr[-2000:]
     assert "imported 1 completions and 0 scores" in res.stdout  # the committed bank seeds the cache first
-    for method in ("vanilla", "sc-cot", "cot", "esc", "asc", "gate", "chain", "tree", "complete", "random",
-                   "template"):
-        assert f"--method {method} " in (tmp_path / "t.sqlite.runs.log").read_text()
+    assert "the teacher wrote no usable spec" in res.stderr
+    assert "training the policies failed (above); the table has the policies that exist: none" in res.stderr
+    train_log = (tmp_path / "t-train.sqlite.runs.log").read_text()
+    assert all(f"--method {m} " in train_log for m in ("sc-cot", "sc-pot")) and "--split train" in train_log
+    log = (tmp_path / "t.sqlite.runs.log").read_text()
+    methods = ("vanilla", "sc-cot", "cot", "esc", "asc", "gate", "template", "chain", "tree", "complete", "random")
+    positions = [log.index(f"--method {m} ") for m in methods]
+    assert positions == sorted(positions)  # the orchestrators before the costly multi-agent baselines
+    assert "--split train" not in log  # the training banks stay out of the table's store
     assert "multiarith" in res.stdout and "template" in res.stdout
     assert "### Paired test: template vs " in res.stdout  # the orchestrator against the best fixed baseline
     assert "| template | test | 2 | 1 |" in res.stdout  # complete: every item once, whichever process ran it
