@@ -8,6 +8,7 @@ cell with the best fixed baseline of its column (exact McNemar on the shared (it
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -51,7 +52,7 @@ PairFn = Callable[[RunStats, RunStats], Paired]
 def best_of(stats: Sequence[RunStats]) -> RunStats | None:
     """The best of some runs of one benchmark: the most accurate, the cheaper on a tie, a complete run before a
     partial one (a partial run's accuracy rests on fewer pairs)."""
-    scored = [s for s in stats if s.rows and s.accuracy_mean == s.accuracy_mean]
+    scored = [s for s in stats if s.rows and not math.isnan(s.accuracy_mean)]
     complete = [s for s in scored if s.complete]
     return max(complete or scored, key=lambda s: (s.accuracy_mean, -s.cost), default=None)
 
