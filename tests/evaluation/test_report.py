@@ -285,3 +285,17 @@ def test_the_cross_benchmark_table_pairs_every_cell_with_its_columns_best_fixed_
     assert f"| vanilla@medium | 0/4, p = {mcnemar_exact(0, 4):.2g} | 0/0, p = 1 (3 pairs) |" in paired
     assert "| template | 1/0, p = 1 | – |" in paired
     assert "| cot@medium | – | **best** |" in paired
+
+
+def test_a_cell_whose_workers_had_another_reply_limit_says_so(tmp_path: Path) -> None:
+    """The six-benchmark table gives AQuA's workers 1,024 tokens (at 384 most CoT replies were cut): its cells
+    must not read like the others'."""
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        _fill(store, "g1", "cot", {("0", 0): True}, 1, 100)
+        store.ensure_run("a1", benchmark="aqua", split="test", method="cot", pool="tiny", level="medium", seeds=1,
+                         n_items=1, config={"temperature": 0.7, "max_tokens": 1024})
+        store.put("a1", _row("0", 0, True, 900))
+        markdown = build_report(store).markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| cot@medium |"))
+    assert row == ("| cot@medium | 100.0 % at 100 tok (test, 1 x 1) | "
+                   "100.0 % at 900 tok (test, 1 x 1, replies <= 1,024 tok) |")

@@ -67,13 +67,16 @@ def _columns(stats: Sequence[RunStats]) -> list[str]:
 
 
 def _cell(s: RunStats) -> str:
-    """`65.7 ± 8.1 % at 310 tok (test, 30 x 2)`; one seed has no ±; a partial run counts its rows."""
+    """`65.7 ± 8.1 % at 310 tok (test, 30 x 2)`; one seed has no ±; a partial run counts its rows; a run whose
+    workers had another reply limit than the pool's default says it (`replies <= 1,024 tok`)."""
     if s.rows == 0:
         return "–"
     std = "" if s.accuracy_std is None else f" ± {100 * s.accuracy_std:.1f}"
     partial = "" if s.complete else f", partial {s.rows}/{s.expected_rows} rows"
+    cap = s.run.config.get("max_tokens")
+    limit = f", replies <= {cap:,} tok" if isinstance(cap, int) else ""
     return (f"{100 * s.accuracy_mean:.1f}{std} % at {s.cost:,.0f} tok "
-            f"({s.run.split}, {s.n_items} x {len(s.seeds)}{partial})")
+            f"({s.run.split}, {s.n_items} x {len(s.seeds)}{partial}{limit})")
 
 
 def _runs_by_cell(stats: Sequence[RunStats]) -> dict[tuple[str, str], RunStats]:
