@@ -178,34 +178,37 @@ def _matches(run: RunInfo, selector: str) -> bool:
 BEST = "best"
 
 
-def _best_other(store: ResultsStore, runs: Sequence[RunInfo], ra: RunInfo) -> RunInfo | None:
+def _best_other(stats: Mapping[str, RunStats], ra: RunInfo) -> RunInfo | None:
     """The best fixed baseline (`table.best_of`: the most accurate, the cheaper on a tie) of another method on
     A's benchmark, split and pool: at A's level when A is a baseline, at any level when A picks its agents'
     levels (the template, a trained policy), whose runs are stored under a nominal level (issue 25:
     `template,best` found no partner)."""
-    group = [r for r in runs if r.method != ra.method and uses_level(r.method)
-             and (r.benchmark, r.split, r.pool) == (ra.benchmark, ra.split, ra.pool)
-             and (r.level == ra.level or not uses_level(ra.method))]
-    best = best_of([run_stats(r, store.items(r.run_id)) for r in group])
+    group = [s for s in stats.values() if s.run.method != ra.method and uses_level(s.run.method)
+             and (s.run.benchmark, s.run.split, s.run.pool) == (ra.benchmark, ra.split, ra.pool)
+             and (s.run.level == ra.level or not uses_level(ra.method))]
+    best = best_of(group)
     return best.run if best else None
 
 
-def find_comparisons(store: ResultsStore, runs: Sequence[RunInfo], a: str, b: str) -> list[PairedResult]:
+def find_comparisons(stats: Mapping[str, RunStats], rows: Mapping[str, Sequence[ItemRow]], a: str,
+                     b: str) -> list[PairedResult]:
     """Every pairing of a run of A with a run of B on the same benchmark, split, pool and level; two runs named
     by their ids need only share benchmark and split (the pairs are (item, seed), e.g. the default orchestration
     against one CoT agent at another level).
 
     `b == "best"` pairs each run of A with the most accurate fixed baseline of its group (`_best_other`; chosen
     on these same items, so the test answers "is the best baseline reliably better", not an unbiased one).
+    `stats` and `rows` are the report's, by run id (each run's rows are read once).
     """
+    runs = [s.run for s in stats.values()]
     out = []
     for ra in runs:
         if not _matches(ra, a):
             continue
         if b == BEST:
-            rb = _best_other(store, runs, ra)
+            rb = _best_other(stats, ra)
             if rb is not None:
-                out.append(paired_compare(ra, store.items(ra.run_id), rb, store.items(rb.run_id)))  # as asked: A, B
+                out.append(paired_compare(ra, rows[ra.run_id], rb, rows[rb.run_id]))  # as asked: A, B
             continue
         for rb in runs:
             if rb.run_id == ra.run_id or not _matches(rb, b):
@@ -214,7 +217,7 @@ def find_comparisons(store: ResultsStore, runs: Sequence[RunInfo], a: str, b: st
             shared = ("benchmark", "split") if by_id else ("benchmark", "split", "pool", "level")
             if any(getattr(ra, f) != getattr(rb, f) for f in shared):
                 continue
-            out.append(paired_compare(ra, store.items(ra.run_id), rb, store.items(rb.run_id)))
+            out.append(paired_compare(ra, rows[ra.run_id], rb, rows[rb.run_id]))
     return out
 
 
@@ -457,7 +460,7 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
             if sel != BEST and not any(_matches(r, sel) for r in runs):
                 raise LemonError(f"--compare: no run of method or run id {sel!r} in {store.path}; "
                                  f"methods stored: {', '.join(methods) or 'none'}")
-        found = find_comparisons(store, runs, a, b)
+        found = find_comparisons({s.run.run_id: s for s in stats}, rows, a, b)
         if not found:
             raise LemonError(f"--compare {a},{b}: no two runs share benchmark, split, pool "
                              "and level; run both methods with the same --split/--pool/--level first")
