@@ -155,3 +155,19 @@ def test_every_benchmark_file_is_registered_once_under_its_own_name() -> None:
     for module, constant in defined.items():
         obj = getattr(__import__(f"lemon.benchmarks.{module}", fromlist=[constant]), constant)
         assert BENCHMARKS[module] is obj and obj.name == module
+
+
+def test_reply_tokens_is_optional_and_checked() -> None:
+    """A benchmark written elsewhere without `reply_tokens` keeps the caller's default; a bad value is a one-line
+    error naming the benchmark, not a worker call with a nonsense limit."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from lemon.benchmarks.base import reply_tokens
+
+    assert reply_tokens(SimpleNamespace(name="bare")) is None  # type: ignore[arg-type]
+    assert reply_tokens(get_benchmark("aqua")) == 1024
+    assert reply_tokens(get_benchmark("gsm8k")) is None
+    for bad in (0, -5, 2.5, True, "1024"):
+        with pytest.raises(LemonError, match=r"benchmark aqua: reply_tokens must be a positive integer"):
+            reply_tokens(replace(get_benchmark("aqua"), reply_tokens=bad))  # type: ignore[arg-type]

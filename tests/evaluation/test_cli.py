@@ -208,3 +208,34 @@ def test_a_larger_limit_extends_the_run(tmp_path: Path, data_dir: Path, _isolate
     other = subprocess.run(_cli(*args[:-4], "--limit", "4", "--seeds", "1", "--temperature", "0.3",
                                 *args[-4:]), env=_env(_isolated_home), capture_output=True, text=True, timeout=300)
     assert other.returncode == 0 and "computed 4, resumed 0" in other.stdout, other.stdout[-2000:]
+
+
+def _max_tokens_of_runs(store: Path) -> list[object]:
+    import json
+
+    db = sqlite3.connect(store)
+    try:
+        return sorted((json.loads(r[0]).get("max_tokens") for r in db.execute("SELECT config_json FROM runs")),
+                      key=str)
+    finally:
+        db.close()
+
+
+def test_aqua_workers_get_the_benchmarks_reply_length_and_an_explicit_limit_finds_the_old_runs(
+        tmp_path: Path, data_dir: Path, _isolated_home: Path) -> None:
+    """At 384 tokens half of AQuA's CoT replies were cut (docs/results.md): `lemon eval aqua` gives its workers
+    the benchmark's 1,024 unless told otherwise, and an explicit limit is the run's identity as before."""
+    store = tmp_path / "results.sqlite"
+    pool = scripted_pool_yaml(tmp_path / "pool.yaml", latency_s=0.0)
+    args = ("eval", "aqua", "--method", "vanilla", "--pool", str(pool), "--level", "small", "--limit", "1",
+            "--store", str(store), "--data-dir", str(data_dir))
+    for extra in ((), ("--max-tokens", "1024"), ("--max-tokens", "32")):
+        done = subprocess.run(_cli(*args, *extra), env=_env(_isolated_home), capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    # the first two are one run (1,024 either way); the pool's own default (32) is stored as None, as before
+    assert _max_tokens_of_runs(store) == [1024, None]
+    multiarith = subprocess.run(_cli(*args[:1], "multiarith", *args[2:]), env=_env(_isolated_home),
+                                capture_output=True, text=True, timeout=300)
+    assert multiarith.returncode == 0, multiarith.stderr[-2000:]
+    assert _max_tokens_of_runs(store) == [1024, 384, None]

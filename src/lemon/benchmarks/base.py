@@ -84,7 +84,8 @@ class Source:
 
 
 class Benchmark(Protocol):
-    """What the harness, the trainer and the inspection tools need of a benchmark."""
+    """What the harness, the trainer and the inspection tools need of a benchmark. Optional beyond these: an int
+    `reply_tokens`, the worker tokens per reply its tasks need (read by `reply_tokens()`)."""
 
     @property
     def name(self) -> str: ...
@@ -129,6 +130,15 @@ class Benchmark(Protocol):
         ...
 
 
+def reply_tokens(benchmark: Benchmark) -> int | None:
+    """The worker tokens per reply `benchmark` asks for (None: the caller's default). Not part of the protocol's
+    required members: a benchmark defined elsewhere without it keeps the default."""
+    value = getattr(benchmark, "reply_tokens", None)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+        raise LemonError(f"benchmark {benchmark.name}: reply_tokens must be a positive integer, not {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class DataBenchmark:
     """A `Benchmark` read from files of the data directory and graded by one `AnswerKind`."""
@@ -139,6 +149,9 @@ class DataBenchmark:
     splits: Mapping[str, SplitDef]
     default_split: str
     train_split: str
+    # Worker tokens a reply needs here, where LEMON's default (384) cuts this benchmark's reasoning; None: the
+    # default. Optional for a benchmark written elsewhere: read it through `reply_tokens(benchmark)`.
+    reply_tokens: int | None = None
 
     def __post_init__(self) -> None:
         # read-only views: a benchmark is a module-level constant, and nothing may change it behind the harness

@@ -19,9 +19,9 @@ from lemon.cli.options import (
     DEFAULT_TEMPERATURE,
     ApiKeyEnvOpt,
     BaseUrlOpt,
+    BenchMaxTokensOpt,
     DataDirOpt,
     LimitOpt,
-    MaxTokensOpt,
     MaybeThreadsOpt,
     ModelOpt,
     NoCacheOpt,
@@ -70,7 +70,7 @@ def eval_cmd(
                                                 "--store.")] = None,
     data_dir: DataDirOpt = None,
     temperature: TemperatureOpt = DEFAULT_TEMPERATURE,
-    max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS,
+    max_tokens: BenchMaxTokensOpt = None,
     agents: Annotated[int | None, typer.Option(help="Agents in sc-cot/esc/asc (voters)/chain/complete/random.")] = None,
     budget_tokens: Annotated[int | None, typer.Option(help="Cap on worker tokens per item.")] = None,
     budget_tokens_total: Annotated[int | None, typer.Option(
@@ -99,6 +99,7 @@ def eval_cmd(
     from lemon.evaluation.item import EvalSettings
     from lemon.evaluation.methods import resolve_method
 
+    max_tokens = _worker_max_tokens(benchmark, max_tokens)
     check_worker_options(max_tokens=max_tokens, temperature=temperature)
     apply_threads(threads)
     pool = endpoint_pool(pool, model, base_url, api_key_env)
@@ -164,6 +165,18 @@ def _eval_level(method: str, level: str | None, pool: str) -> str:
                          "agent itself: drop --level")
     levels = pool_level_names(pool)
     return "medium" if "medium" in levels else levels[0]
+
+
+def _worker_max_tokens(benchmark: str, max_tokens: int | None) -> int:
+    """`--max-tokens`, else the benchmark's own reply length (AQuA's chain of thought needs 1,024), else LEMON's
+    default. Resolved here, before the run's identity: a run records the value its workers had, so AQuA runs
+    stored at 384 are found again with `--max-tokens 384`."""
+    from lemon.benchmarks.base import reply_tokens
+    from lemon.benchmarks.registry import get_benchmark
+
+    if max_tokens is not None:
+        return max_tokens
+    return reply_tokens(get_benchmark(benchmark)) or DEFAULT_MAX_TOKENS
 
 
 def _identity_max_tokens(pool: str, max_tokens: int) -> int | None:
