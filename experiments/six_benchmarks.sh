@@ -38,22 +38,14 @@ source "$here/common.sh"  # import_bank, lemon_jobs (JOBS, THREADS)
 import_bank
 read -r -a benches <<< "${BENCHES:-multiarith svamp gsm8k aqua mmlu humaneval}"
 
-# Worker tokens per reply: LEMON's 384, except on a benchmark where a quarter or more of one CoT agent's replies
-# at `large` were cut there. AQuA: 33 of 60 (the first 30 items x 2 seeds, 2026-11-25), so CoT scored 21.7 %
-# against vanilla's 36.7 % and the cells measured the cap; it gets 1,024. GSM8K (10 of 60 cut) keeps 384, as
-# issue 24's bank. MAX_TOKENS_<BENCHMARK> (e.g. MAX_TOKENS_AQUA=768) overrides; a cell at another limit says so.
-max_tokens() {
-  local var="MAX_TOKENS_${1^^}" default=384
-  if [ "$1" = aqua ]; then default=1024; fi
-  echo "${!var:-$default}"
-}
-
-
+# Worker tokens per reply: each benchmark's own, `lemon eval`'s default (384; AQuA 1,024, lemon.benchmarks.aqua
+# says why). MAX_TOKENS_<BENCHMARK> (e.g. MAX_TOKENS_AQUA=768) overrides; a cell at another limit says so.
 evaluate() {  # benchmark method [extra args]: one resumable evaluation, recorded in the log first
-  local bench="$1" method="$2"
+  local bench="$1" method="$2" tokens="MAX_TOKENS_${1^^}"
   shift 2
-  local args=(eval "$bench" --method "$method" --limit "$limit" --seeds "$seeds" --pool "$pool"
-              --max-tokens "$(max_tokens "$bench")" --store "$store" "$@")
+  local args=(eval "$bench" --method "$method" --limit "$limit" --seeds "$seeds" --pool "$pool" --store "$store")
+  if [ -n "${!tokens:-}" ]; then args+=(--max-tokens "${!tokens}"); fi
+  args+=("$@")
   echo "$(date -u +%FT%TZ) commit=$(git -C "$here" rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs threads=${THREADS:-all}" >> "$log"
   lemon_jobs "${args[@]}"
 }

@@ -73,7 +73,8 @@ def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, d
     bank = _one_row_bank(tmp_path)
     env = _env(tmp_path, data_dir, POOL=str(pool), BENCHES="multiarith", LIMIT="2", SEEDS="1", BANK=str(bank),
                JOBS="2", THREADS="1",  # two processes share each evaluation's items through the store's claims
-               TRAIN_LIMIT="2", N_TRAIN="2", N_EVAL="1", POLICY_RUNS=str(tmp_path / "policy"))
+               TRAIN_LIMIT="2", N_TRAIN="2", N_EVAL="1", POLICY_RUNS=str(tmp_path / "policy"),
+               MAX_TOKENS_MULTIARITH="48")  # a benchmark's reply limit, overridden
     res = subprocess.run(["bash", str(ROOT / "experiments" / "six_benchmarks.sh"), str(tmp_path / "t.sqlite")],
                          env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert res.returncode == 1, res.stderr[-2000:]
@@ -87,6 +88,7 @@ def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, d
     positions = [log.index(f"--method {m} ") for m in methods]
     assert positions == sorted(positions)  # the orchestrators before the costly multi-agent baselines
     assert "--split train" not in log  # the training banks stay out of the table's store
+    assert log.count("--max-tokens 48") == len(log.splitlines())
     assert "multiarith" in res.stdout and "template" in res.stdout
     assert "### Paired test: template vs " in res.stdout  # the orchestrator against the best fixed baseline
     assert "| template | test | 2 | 1 |" in res.stdout  # complete: every item once, whichever process ran it
