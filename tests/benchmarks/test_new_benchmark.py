@@ -166,7 +166,7 @@ def test_reply_tokens_is_optional_and_checked() -> None:
     from lemon.benchmarks.base import reply_tokens
 
     assert reply_tokens(SimpleNamespace(name="bare")) is None  # type: ignore[arg-type]
-    assert reply_tokens(get_benchmark("aqua")) == 1024
+    assert reply_tokens(get_benchmark("aqua")) == reply_tokens(get_benchmark("mmlu")) == 1024
     assert reply_tokens(get_benchmark("gsm8k")) is None
     for bad in (0, -5, 2.5, True, "1024"):
         with pytest.raises(LemonError, match=r"benchmark aqua: reply_tokens must be a positive integer"):

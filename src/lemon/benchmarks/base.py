@@ -150,7 +150,9 @@ class DataBenchmark:
     default_split: str
     train_split: str
     # Worker tokens a reply needs here, where LEMON's default (384) cuts this benchmark's reasoning; None: the
-    # default. Optional for a benchmark written elsewhere: read it through `reply_tokens(benchmark)`.
+    # default. The rule: set where a quarter or more of one CoT agent's replies at the `cpu` pool's `large` were
+    # cut at 384 (AQuA 33 of 60, MMLU 15 of 60; GSM8K's 10 of 60 keeps 384, as issue 24's bank). Optional for a
+    # benchmark written elsewhere: read it through `reply_tokens(benchmark)`.
     reply_tokens: int | None = None
 
     def __post_init__(self) -> None:

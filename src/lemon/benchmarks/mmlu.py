@@ -12,6 +12,9 @@ Order: round-robin over the subjects (row 0 of every subject in name order, then
 are one subject each, so in file order the first 30 `val` items were abstract algebra, anatomy and 5 astronomy
 questions; interleaved, the first n items of a split span min(n, 57) subjects, and an evaluation of the first
 n items samples the whole benchmark. Item ids name subject and row, so they do not depend on the order.
+
+Workers get 1,024 tokens a reply here, not LEMON's 384: at 384, 15 of 60 chain-of-thought replies at `large`
+(the first 30 `val` items x 2 seeds) were cut, 8 of them before naming an option (docs/results.md).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ def _item(split: str, subject: str, i: int, row: list[str], path: Path, fmt: str
 MMLU = DataBenchmark(
     name="mmlu",
     answers=CHOICE,
+    reply_tokens=1024,
     sources={s: Source(f"mmlu/{s}", f"a folder of headerless CSVs <subject>_{s}.csv with rows "
                                     "question,A,B,C,D,answer", _parser(s)) for s in ("dev", "val", "test")},
     splits={

@@ -120,7 +120,7 @@ SeedOpt = Annotated[int, opt("seed")]
 MaxTokensOpt = Annotated[int, opt("max_tokens")]
 # `eval` knows its benchmark, and a benchmark may need longer replies (AQuA): None there means "its own".
 BenchMaxTokensOpt = Annotated[int | None, opt("max_tokens", help="Max new tokens per worker (agent) call; default "
-                                              f"the benchmark's own (AQuA 1,024), else {DEFAULT_MAX_TOKENS}.")]
+                                              f"the benchmark's own (AQuA and MMLU 1,024), else {DEFAULT_MAX_TOKENS}.")]
 PolicyMaxTokensOpt = Annotated[int | None, opt("policy_max_tokens")]
 TemperatureOpt = Annotated[float, opt("temperature")]
 LimitOpt = Annotated[int | None, opt("limit")]
