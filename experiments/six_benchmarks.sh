@@ -7,8 +7,9 @@
 # directory), so re-run it after an interruption.
 #
 # Order: cheapest methods first and one benchmark-method pair at a time, so a partial run is already a table;
-# sc-cot with 5 voters fills the sample bank, after which cot / esc / asc of the same items cost no worker call
-# (runtime.executor.sample_slot). Then the trained policies' training, the orchestrators (the template and the
+# one CoT agent is the 5-vote's first voter, so the cut replies of the cheap cot cell say whether the benchmark's
+# reply limit fits before the 5-vote is drawn; sc-cot with 5 voters fills the sample bank, after which esc / asc
+# / the gate of the same items cost no worker call (runtime.executor.sample_slot). Then the trained policies' training, the orchestrators (the template and the
 # trained policies), and last the multi-agent fixed topologies, the costliest and in the paper the weakest. On these 2 cores one `large` agent
 # takes ~20 s per item: the whole table at 30 x 2 is days of CPU, so it runs in the background over several
 # working periods (say how far it got). On a GPU machine the same command with LEMON_GPU_LAYERS=-1 (or a served
@@ -60,8 +61,9 @@ train_policies() {  # RUNS_DIR: the TRAIN-item banks, SFT, GRPO (+CF); each stag
 
 for bench in "${benches[@]}"; do
   evaluate "$bench" vanilla --level large
+  evaluate "$bench" cot --level large  # the 5-vote's first voter: its cut replies show a short limit early
   evaluate "$bench" sc-cot --level large --agents 5
-  for method in cot esc asc gate; do evaluate "$bench" "$method" --level large; done
+  for method in esc asc gate; do evaluate "$bench" "$method" --level large; done
 done
 trained="${TRAINED:-auto}" failed=""
 if [ "$trained" = auto ]; then  # a failed training leaves the rest of the table to run, and the exit status to say so

@@ -84,7 +84,7 @@ def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, d
     train_log = (tmp_path / "t-train.sqlite.runs.log").read_text()
     assert all(f"--method {m} " in train_log for m in ("sc-cot", "sc-pot")) and "--split train" in train_log
     log = (tmp_path / "t.sqlite.runs.log").read_text()
-    methods = ("vanilla", "sc-cot", "cot", "esc", "asc", "gate", "template", "chain", "tree", "complete", "random")
+    methods = ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "template", "chain", "tree", "complete", "random")
     positions = [log.index(f"--method {m} ") for m in methods]
     assert positions == sorted(positions)  # the orchestrators before the costly multi-agent baselines
     assert "--split train" not in log  # the training banks stay out of the table's store
