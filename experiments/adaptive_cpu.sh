@@ -38,7 +38,6 @@ log="$store.runs.log"
 source "$(dirname "$0")/common.sh"  # import_bank, lemon_jobs (JOBS, THREADS)
 import_bank
 
-
 evaluate() {  # benchmark method [extra eval args]: one resumable evaluation, recorded in the log first
   local bench="$1" method="$2"
   shift 2

@@ -299,3 +299,22 @@ def test_a_cell_whose_workers_had_another_reply_limit_says_so(tmp_path: Path) ->
     row = next(line for line in markdown.splitlines() if line.startswith("| cot@medium |"))
     assert row == ("| cot@medium | 100.0 % at 100 tok (test, 1 x 1) | "
                    "100.0 % at 900 tok (test, 1 x 1, replies <= 1,024 tok) |")
+
+
+def _agents_row(completions: list[int]) -> ItemRow:
+    tokens = {f"a{i}": {"prompt": 5, "completion": n, "capacity": "large"} for i, n in enumerate(completions)}
+    return ItemRow(item_id="i", seed=0, prediction="x", gold="x", correct=False, tokens=tokens,  # type: ignore[arg-type]
+                   total_tokens=sum(completions) + 5 * len(completions), latency_s=0.0, trace_id=None, status="ok")
+
+
+def test_replies_at_the_limit_are_counted_against_the_runs_own_limit_or_its_pools() -> None:
+    """AQuA at 384 was measured by the limit (151 of 300 voters cut) and nothing in the report said so: each run
+    now counts the worker replies that stopped at its reply limit, and says "?" where that limit is unknown."""
+    rows = [_agents_row([64, 10, 0]), _agents_row([64, 64])]  # agents of 0 tokens wrote no reply (a vote rule)
+    own = RunInfo("r", "aqua", "test", "sc-cot", "cpu", "large", 1, 2, {"max_tokens": 64}, 0.0, 0.0)
+    assert (run_stats(own, rows).replies, run_stats(own, rows).replies_at_limit) == (4, 3)
+    pool_default = RunInfo("r", "aqua", "test", "sc-cot", "cpu", "large", 1, 2, {"pool_identity": "cpu"}, 0.0, 0.0)
+    at_384 = [_agents_row([384, 383]), _agents_row([400])]
+    assert run_stats(pool_default, at_384).replies_at_limit == 2
+    a_file = RunInfo("r", "aqua", "test", "sc-cot", "p.yaml", "large", 1, 2, {"pool_identity": "file:ab"}, 0.0, 0.0)
+    assert run_stats(a_file, at_384).replies_at_limit is None and run_stats(a_file, at_384).replies == 3

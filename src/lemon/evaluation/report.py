@@ -55,6 +55,10 @@ class RunStats:
     # Worker tokens weighted by each model's size in billions of parameters (the paper's cost measure); nan
     # when a model's size cannot be read from its name.
     param_tokens_mean: float = math.nan
+    replies: int = 0              # worker replies (agents that generated at least one token)
+    # Of them, those that stopped at the run's reply limit: cut mid-answer, so mostly wrong. A large share means
+    # the cell measures the limit, not the method (AQuA at 384: 151 of 300 voters). None: the limit is unknown.
+    replies_at_limit: int | None = None
 
     @property
     def cost(self) -> float:
@@ -93,7 +97,28 @@ def run_stats(run: RunInfo, rows: Sequence[ItemRow]) -> RunStats:
         errors=sum(r.status != "ok" for r in rows),
         wall_s_mean=statistics.fmean(r.latency_s for r in rows) if rows else math.nan,
         param_tokens_mean=statistics.fmean(_param_tokens(r) for r in rows) if rows else math.nan,
+        **_replies_at_limit(run, rows),
     )
+
+
+def reply_limit(run: RunInfo) -> int | None:
+    """The tokens a worker reply of `run` could have: its own `max_tokens`, else the default of the built-in
+    pool it ran on (as that pool file reads now); None for a pool file, whose default is not stored."""
+    from lemon.llm.pools import BUILTIN, read_pool_config
+
+    cap = run.config.get("max_tokens")
+    if isinstance(cap, int):
+        return cap
+    pool = run.config.get("pool_identity", run.pool)
+    return read_pool_config(str(pool)).defaults.max_tokens if pool in BUILTIN else None
+
+
+def _replies_at_limit(run: RunInfo, rows: Sequence[ItemRow]) -> dict[str, int | None]:
+    """`replies` and `replies_at_limit` of RunStats, from each row's per-agent completion tokens."""
+    completions = [int(t.get("completion", 0)) for r in rows for t in r.tokens.values()]
+    replies = [n for n in completions if n > 0]
+    cap = reply_limit(run)
+    return {"replies": len(replies), "replies_at_limit": None if cap is None else sum(n >= cap for n in replies)}
 
 
 def _param_tokens(row: ItemRow) -> float:
@@ -288,6 +313,13 @@ def _render_front(stats: Sequence[RunStats]) -> list[str]:
     return lines
 
 
+def _fmt_cut(s: RunStats) -> str:
+    """`12 of 300 at 384`: the worker replies that stopped at the run's reply limit (`?` when it is unknown)."""
+    if s.replies_at_limit is None:
+        return f"? of {s.replies:,}"
+    return f"{s.replies_at_limit:,} of {s.replies:,} at {reply_limit(s.run):,}"
+
+
 def _fmt_tokens(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:,.1f}"
 
@@ -306,8 +338,9 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
         "Accuracy (%) is the mean over seeds of the per-seed accuracy; ± is the sample standard deviation",
         "of the per-seed accuracies (n/a with one seed). Items are the first *n* items of the split in its",
         "fixed order. Worker tokens are prompt + completion tokens of all agents per item (mean over items",
-        "and seeds); orchestrator tokens (spec writing) are listed apart. `errors` counts items whose run",
-        "did not end `ok` (they count as wrong).",
+        "and seeds); orchestrator tokens (spec writing) are listed apart. `replies cut` counts the worker",
+        "replies that stopped at the reply limit (`--max-tokens`): many of them mean the cell measures the",
+        "limit, not the method. `errors` counts items whose run did not end `ok` (they count as wrong).",
     ]
     benchmarks = sorted({s.run.benchmark for s in stats})
     paper = paper_results()
@@ -318,8 +351,8 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
     for bench in benchmarks:
         lines += ["", f"## {bench}", "",
                   "| method | split | n items | seeds | pool | level | temp. | accuracy (%) "
-                  "| worker tokens / item | orch. tokens / item | wall s / item | errors | run |",
-                  "|---|---|---:|---:|---|---|---:|---|---:|---:|---:|---:|---|"]
+                  "| worker tokens / item | orch. tokens / item | wall s / item | replies cut | errors | run |",
+                  "|---|---|---:|---:|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
         for s in (s for s in stats if s.run.benchmark == bench):
             partial = "" if s.complete else f" (partial: {s.rows}/{s.expected_rows} rows)"
             temp = s.run.config.get("temperature", "")
@@ -327,8 +360,8 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
             lines.append(
                 f"| {s.run.method} | {s.run.split} | {s.n_items}{partial} | {len(s.seeds)} | {s.run.pool} | "
                 f"{level} | {temp} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} | "
-                f"{_fmt_tokens(s.orchestrator_tokens_mean)} | {_fmt_tokens(s.wall_s_mean)} | {s.errors} | "
-                f"`{s.run.run_id}` |"
+                f"{_fmt_tokens(s.orchestrator_tokens_mean)} | {_fmt_tokens(s.wall_s_mean)} | {_fmt_cut(s)} | "
+                f"{s.errors} | `{s.run.run_id}` |"
             )
         lines += paper_lines(bench, paper)
         lines += _render_front([s for s in stats if s.run.benchmark == bench])
