@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from datetime import UTC, datetime
 from pathlib import Path
@@ -318,3 +319,20 @@ def test_replies_at_the_limit_are_counted_against_the_runs_own_limit_or_its_pool
     assert run_stats(pool_default, at_384).replies_at_limit == 2
     a_file = RunInfo("r", "aqua", "test", "sc-cot", "p.yaml", "large", 1, 2, {"pool_identity": "file:ab"}, 0.0, 0.0)
     assert run_stats(a_file, at_384).replies_at_limit is None and run_stats(a_file, at_384).replies == 3
+
+
+def test_a_cell_whose_replies_were_often_cut_says_what_share(tmp_path: Path) -> None:
+    """The cross-benchmark table is what gets quoted: a cell where a tenth or more of the worker replies stopped
+    at the limit says so there, and one under that share stays as it was."""
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        for run_id, bench, completions in (("g", "gsm8k", [384, 200, 150, 384, 100]),  # 2 of 5 cut
+                                           ("s", "svamp", [384] + [100] * 10)):          # 1 of 11 cut
+            store.ensure_run(run_id, benchmark=bench, split="test", method="cot", pool="cpu", level="large",
+                             seeds=1, n_items=1, config={"temperature": 0.7, "pool_identity": "cpu"})
+            store.put(run_id, dataclasses.replace(_agents_row(completions), correct=True))
+        markdown = build_report(store).markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| cot@large |"))
+    assert "(test, 1 x 1, 40 % of replies cut) |" in row
+    assert row.endswith("(test, 1 x 1) |")
+    svamp = markdown[markdown.index("## svamp"):]
+    assert "| 1 of 11 at 384 |" in svamp

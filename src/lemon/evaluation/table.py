@@ -25,6 +25,8 @@ class RunStats(Protocol):
     rows: int
     accuracy_mean: float
     accuracy_std: float | None
+    replies: int
+    replies_at_limit: int | None
 
     @property
     def cost(self) -> float: ...
@@ -66,9 +68,23 @@ def _columns(stats: Sequence[RunStats]) -> list[str]:
     return [b for b in BENCHMARK_ORDER if b in present] + sorted(present - set(BENCHMARK_ORDER))
 
 
+#: A cell says what share of its worker replies were cut at the reply limit from this share up: a cut reply is
+#: mostly wrong (GSM8K at 384: 2 of 10 cut CoT replies right, 25 of 50 whole ones), so the cell partly
+#: measures the limit.
+CUT_SHARE_SHOWN = 0.10
+
+
+def _cut(s: RunStats) -> str:
+    """`, 16 % of replies cut` where a tenth or more of the run's worker replies stopped at its limit."""
+    if not s.replies or s.replies_at_limit is None or s.replies_at_limit < CUT_SHARE_SHOWN * s.replies:
+        return ""
+    return f", {100 * s.replies_at_limit / s.replies:.0f} % of replies cut"
+
+
 def _cell(s: RunStats) -> str:
     """`65.7 ± 8.1 % at 310 tok (test, 30 x 2)`; one seed has no ±; a partial run counts its rows; a run whose
-    workers had another reply limit than the pool's default says it (`replies <= 1,024 tok`)."""
+    workers had another reply limit than the pool's default says it (`replies <= 1,024 tok`), and so does one
+    whose replies were often cut at its limit (`16 % of replies cut`)."""
     if s.rows == 0:
         return "–"
     std = "" if s.accuracy_std is None else f" ± {100 * s.accuracy_std:.1f}"
@@ -76,7 +92,7 @@ def _cell(s: RunStats) -> str:
     cap = s.run.config.get("max_tokens")
     limit = f", replies <= {cap:,} tok" if isinstance(cap, int) else ""
     return (f"{100 * s.accuracy_mean:.1f}{std} % at {s.cost:,.0f} tok "
-            f"({s.run.split}, {s.n_items} x {len(s.seeds)}{partial}{limit})")
+            f"({s.run.split}, {s.n_items} x {len(s.seeds)}{partial}{limit}{_cut(s)})")
 
 
 def _runs_by_cell(stats: Sequence[RunStats]) -> dict[tuple[str, str], RunStats]:
