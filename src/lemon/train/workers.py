@@ -11,7 +11,9 @@ from lemon.train.config import TrainConfig
 
 
 def worker_executor(pool: Pool, roles: RoleLibrary, cfg: TrainConfig) -> Executor:
-    """The executor of training rollouts: workers sampled exactly as `lemon eval` samples them."""
+    """The executor of training rollouts: workers sampled exactly as `lemon eval` samples them, with one reply
+    limit for the whole mixture (`workers.max_tokens`, else the pool's 384). `lemon eval` gives AQuA and MMLU
+    1,024 (`Benchmark.reply_tokens`): a mixture with them sets `workers.max_tokens: 1024` to match."""
     base = {f: getattr(pool.defaults, f) for f in pool.defaults.__dataclass_fields__}
     base["temperature"] = cfg.workers.temperature
     if cfg.workers.max_tokens is not None:
