@@ -10,10 +10,10 @@
 # one CoT agent is the 5-vote's first voter, so the cut replies of the cheap cot cell say whether the benchmark's
 # reply limit fits before the 5-vote is drawn; sc-cot with 5 voters fills the sample bank, after which esc / asc
 # / the gate of the same items cost no worker call (runtime.executor.sample_slot). Then the trained policies' training, the orchestrators (the template and the
-# trained policies), and last the multi-agent fixed topologies, the costliest and in the paper the weakest. On these 2 cores one `large` agent
-# takes ~20 s per item: the whole table at 30 x 2 is days of CPU, so it runs in the background over several
-# working periods (say how far it got). On a GPU machine the same command with LEMON_GPU_LAYERS=-1 (or a served
-# pool: POOL=FILE) runs it at full size.
+# trained policies), and last the multi-agent fixed topologies, the costliest and in the paper the weakest. On
+# these 2 cores one `large` agent takes ~20 s per item: the whole table at 30 x 2 is days of CPU, so it runs in
+# the background over several working periods (say how far it got). On a GPU machine the same command with
+# LEMON_GPU_LAYERS=-1 (or a served pool: POOL=FILE) and LIMIT=all (every item of each split) runs it at full size.
 #
 # Trained policies. TRAINED=auto (the default) trains the table's own with issue 24's recipe (r8), each stage
 # resumable: the 5-voter prose and program banks of the TRAIN items of GSM8K, SVAMP and MultiArith
@@ -24,7 +24,7 @@
 # trained on the three math benchmarks only, so their MMLU, AQuA and HumanEval cells measure transfer.
 # TRAINED="DIR ..." evaluates policies trained elsewhere instead; TRAINED=none leaves them out.
 #
-# Usage: LEMON_DATA_DIR=../shared/data [LIMIT=30 SEEDS=2 POOL=cpu BENCHES="..."] [JOBS=2 THREADS=1 (on 2 cores)]
+# Usage: LEMON_DATA_DIR=../shared/data [LIMIT=30|all SEEDS=2 POOL=cpu BENCHES="..."] [JOBS=2 THREADS=1 (on 2 cores)]
 #          [TRAINED=auto|none|"DIR ..."] [POLICY_RUNS=DIR TRAIN_LIMIT=20 N_TRAIN=60 STEPS=30 POLICY=HF_DIR]
 #          bash experiments/six_benchmarks.sh [STORE]
 set -euo pipefail
@@ -44,7 +44,8 @@ read -r -a benches <<< "${BENCHES:-multiarith svamp gsm8k aqua mmlu humaneval}"
 evaluate() {  # benchmark method [extra args]: one resumable evaluation, recorded in the log first
   local bench="$1" method="$2" tokens="MAX_TOKENS_${1^^}"
   shift 2
-  local args=(eval "$bench" --method "$method" --limit "$limit" --seeds "$seeds" --pool "$pool" --store "$store")
+  local args=(eval "$bench" --method "$method" --seeds "$seeds" --pool "$pool" --store "$store")
+  if [ "$limit" != all ]; then args+=(--limit "$limit"); fi
   if [ -n "${!tokens:-}" ]; then args+=(--max-tokens "${!tokens}"); fi
   args+=("$@")
   echo "$(date -u +%FT%TZ) commit=$(git -C "$here" rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs threads=${THREADS:-all}" >> "$log"
