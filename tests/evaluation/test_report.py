@@ -313,7 +313,8 @@ def test_replies_at_the_limit_are_counted_against_the_runs_own_limit_or_its_pool
     now counts the worker replies that stopped at its reply limit, and says "?" where that limit is unknown."""
     rows = [_agents_row([64, 10, 0]), _agents_row([64, 64])]  # agents of 0 tokens wrote no reply (a vote rule)
     own = RunInfo("r", "aqua", "test", "sc-cot", "cpu", "large", 1, 2, {"max_tokens": 64}, 0.0, 0.0)
-    assert (run_stats(own, rows).replies, run_stats(own, rows).replies_at_limit) == (4, 3)
+    stats = run_stats(own, rows)
+    assert (stats.replies, stats.reply_limit, stats.replies_at_limit) == (4, 64, 3)
     pool_default = RunInfo("r", "aqua", "test", "sc-cot", "cpu", "large", 1, 2, {"pool_identity": "cpu"}, 0.0, 0.0)
     at_384 = [_agents_row([384, 383]), _agents_row([400])]
     assert run_stats(pool_default, at_384).replies_at_limit == 2

@@ -56,8 +56,9 @@ class RunStats:
     # when a model's size cannot be read from its name.
     param_tokens_mean: float = math.nan
     replies: int = 0              # worker replies (agents that generated at least one token)
-    # Of them, those that stopped at the run's reply limit: cut mid-answer, so mostly wrong. A large share means
-    # the cell measures the limit, not the method (AQuA at 384: 151 of 300 voters). None: the limit is unknown.
+    reply_limit: int | None = None  # the run's worker reply limit (`reply_limit(run)`); None: unknown
+    # Of the replies, those that stopped at that limit: cut mid-answer, so mostly wrong. A large share means the
+    # cell measures the limit, not the method (AQuA at 384: 151 of 300 voters). None when the limit is unknown.
     replies_at_limit: int | None = None
 
     @property
@@ -114,11 +115,12 @@ def reply_limit(run: RunInfo) -> int | None:
 
 
 def _replies_at_limit(run: RunInfo, rows: Sequence[ItemRow]) -> dict[str, int | None]:
-    """`replies` and `replies_at_limit` of RunStats, from each row's per-agent completion tokens."""
+    """`replies`, `reply_limit` and `replies_at_limit` of RunStats, from each row's per-agent completion tokens."""
     completions = [int(t.get("completion", 0)) for r in rows for t in r.tokens.values()]
     replies = [n for n in completions if n > 0]
     cap = reply_limit(run)
-    return {"replies": len(replies), "replies_at_limit": None if cap is None else sum(n >= cap for n in replies)}
+    return {"replies": len(replies), "reply_limit": cap,
+            "replies_at_limit": None if cap is None else sum(n >= cap for n in replies)}
 
 
 def _param_tokens(row: ItemRow) -> float:
@@ -315,9 +317,9 @@ def _render_front(stats: Sequence[RunStats]) -> list[str]:
 
 def _fmt_cut(s: RunStats) -> str:
     """`12 of 300 at 384`: the worker replies that stopped at the run's reply limit (`?` when it is unknown)."""
-    if s.replies_at_limit is None:
+    if s.replies_at_limit is None or s.reply_limit is None:
         return f"? of {s.replies:,}"
-    return f"{s.replies_at_limit:,} of {s.replies:,} at {reply_limit(s.run):,}"
+    return f"{s.replies_at_limit:,} of {s.replies:,} at {s.reply_limit:,}"
 
 
 def _fmt_tokens(x: float) -> str:
