@@ -9,11 +9,12 @@
 # Order: cheapest methods first and one benchmark-method pair at a time, so a partial run is already a table;
 # one CoT agent is the 5-vote's first voter, so the cut replies of the cheap cot cell say whether the benchmark's
 # reply limit fits before the 5-vote is drawn; sc-cot with 5 voters fills the sample bank, after which esc / asc
-# / the gate of the same items cost no worker call (runtime.executor.sample_slot). Then the trained policies' training, the orchestrators (the template and the
-# trained policies), and last the multi-agent fixed topologies, the costliest and in the paper the weakest. On
-# these 2 cores one `large` agent takes ~20 s per item: the whole table at 30 x 2 is days of CPU, so it runs in
-# the background over several working periods (say how far it got). On a GPU machine the same command with
-# LEMON_GPU_LAYERS=-1 (or a served pool: POOL=FILE) and LIMIT=all (every item of each split) runs it at full size.
+# / the gate of the same items cost no worker call (runtime.executor.sample_slot). Then the trained policies'
+# training, the orchestrators (the template and the trained policies), and last the multi-agent fixed
+# topologies, the costliest and in the paper the weakest. On these 2 cores one `large` agent takes ~20 s per
+# item: the whole table at 30 x 2 is days of CPU, so it runs in the background over several working periods
+# (say how far it got). On a GPU machine the same command with LEMON_GPU_LAYERS=-1 (or a served pool:
+# POOL=FILE) and LIMIT=all (every item of each split) runs it at full size.
 #
 # Trained policies. TRAINED=auto (the default) trains the table's own with issue 24's recipe (r8), each stage
 # resumable: the 5-voter prose and program banks of the TRAIN items of GSM8K, SVAMP and MultiArith
@@ -39,8 +40,8 @@ source "$here/common.sh"  # import_bank, lemon_jobs (JOBS, THREADS)
 import_bank
 read -r -a benches <<< "${BENCHES:-multiarith svamp gsm8k aqua mmlu humaneval}"
 
-# Worker tokens per reply: each benchmark's own, `lemon eval`'s default (384; AQuA 1,024, lemon.benchmarks.aqua
-# says why). MAX_TOKENS_<BENCHMARK> (e.g. MAX_TOKENS_AQUA=768) overrides; a cell at another limit says so.
+# Worker tokens per reply: each benchmark's own, `lemon eval`'s default (384; AQuA and MMLU 1,024: their
+# modules say why). MAX_TOKENS_<BENCHMARK> (e.g. MAX_TOKENS_AQUA=768) overrides; a cell at another limit says so.
 evaluate() {  # benchmark method [extra args]: one resumable evaluation, recorded in the log first
   local bench="$1" method="$2" tokens="MAX_TOKENS_${1^^}"
   shift 2

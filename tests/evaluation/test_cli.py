@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -211,8 +212,6 @@ def test_a_larger_limit_extends_the_run(tmp_path: Path, data_dir: Path, _isolate
 
 
 def _max_tokens_of_runs(store: Path) -> list[object]:
-    import json
-
     db = sqlite3.connect(store)
     try:
         return sorted((json.loads(r[0]).get("max_tokens") for r in db.execute("SELECT config_json FROM runs")),
