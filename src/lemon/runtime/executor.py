@@ -230,8 +230,9 @@ class Executor:
         return (Message("system", system), Message("user", user))
 
     def request(self, agent: Agent, task: str, parents: Mapping[str, str], spec: Spec, seed: int,
-                draw_order: Sequence[int] = ()) -> ChatRequest:
-        params = self.params
+                draw_order: Sequence[int] = (), params: GenParams | None = None) -> ChatRequest:
+        """`agent`'s request: `params` (else the executor's) with the agent's sampling seed."""
+        params = params or self.params
         slot = sample_slot(spec, agent.name, draw_order)
         params = replace(params, seed=derive_seed(seed, slot) if params.temperature > 0 else None)
         return ChatRequest(self.messages(agent, task, parents, spec), params)
@@ -239,10 +240,13 @@ class Executor:
     async def run(self, spec: Spec, task: str, *, seed: int = 0, vote_key: VoteKey | None = None,
                   task_id: str | None = None, orchestrator: Mapping[str, object] | None = None,
                   node_cache: NodeCache | None = None, shared_budget: TokenLedger | None = None,
-                  draw_order: Sequence[int] = ()) -> RunResult:
+                  draw_order: Sequence[int] = (), max_tokens: int | None = None) -> RunResult:
         """Execute `spec` (already validated) on `task`; never raises for budget, timeout or backend errors.
 
         `draw_order` permutes which sample each agent of a role draws (`sample_slot`); () is written order.
+
+        `max_tokens` is this run's worker reply limit (None: the executor's): one executor runs a training
+        mixture whose benchmarks need different reply lengths (AQuA 1,024, GSM8K 384), as `lemon eval` gives them.
 
         `shared_budget` is charged every call too (e.g. a whole evaluation's cap); it never clips a call, only
         refuses it (the run then stops with status budget_exceeded and `budget_scope` = its scope).
@@ -251,8 +255,11 @@ class Executor:
         ledgers = [TokenLedger(self.budget.max_tokens, "run")]
         if shared_budget is not None:
             ledgers.append(shared_budget)
+        if max_tokens is not None and max_tokens <= 0:
+            raise ValueError(f"max_tokens must be positive, not {max_tokens}")
+        params = self.params if max_tokens is None else replace(self.params, max_tokens=max_tokens)
         return await _Run(self, spec, task, seed, vote_key, task_id, orchestrator,
-                          cache if cache is not None else NodeCache(), tuple(ledgers),
+                          cache if cache is not None else NodeCache(), tuple(ledgers), params,
                           check_draw_order(draw_order)).execute()
 
 
@@ -267,6 +274,7 @@ class _Run:
     orchestrator: Mapping[str, object] | None
     cache: NodeCache
     ledgers: tuple[TokenLedger, ...]  # the run's own first (it may clip), then shared ones (they never clip)
+    params: GenParams  # the workers' sampling parameters (the executor's, or with the run's own reply limit)
     draw_order: tuple[int, ...] = ()  # which banked draw each agent of a role takes (`sample_slot`)
     trace: Trace = field(init=False)
     outputs: dict[str, str] = field(default_factory=dict)
@@ -302,7 +310,7 @@ class _Run:
         needed = required_agents(spec)
         t = self.trace
         t.system = {"pool": ex.pool.name, "levels": list(ex.pool.level_names), "seed": self.seed,
-                    "temperature": ex.params.temperature, "max_tokens": ex.params.max_tokens,
+                    "temperature": self.params.temperature, "max_tokens": self.params.max_tokens,
                     "models": {lv.name: lv.backend.model_id for lv in ex.pool.levels}}
         if self.draw_order:
             t.system["draw_order"] = list(self.draw_order)
@@ -501,7 +509,7 @@ class _Run:
         ex = self.ex
         backend = ex.pool.backend(agent.capacity)
         request, held = await self._reserve(agent, ex.request(agent, self.task, parents, self.spec, self.seed,
-                                                              self.draw_order))
+                                                              self.draw_order, self.params))
         key = request_key(backend.model_id, request)
         self.requests[agent.name] = (backend, request)
         sent = False

@@ -61,7 +61,7 @@ from lemon.train.sampler import AdaptiveFamilySampler
 from lemon.train.settings import TrainSettings, effective_config
 from lemon.train.tasks import TrainTask, load_train_tasks, split_record
 from lemon.train.update import policy_update, trainable
-from lemon.train.workers import worker_executor
+from lemon.train.workers import worker_executor, worker_tasks
 
 log = logging.getLogger(__name__)
 
@@ -314,6 +314,7 @@ async def _open_trainer(s: TrainSettings, tasks: Sequence[TrainTask], split: str
     check_shares(cfg.rollout.tasks_per_step, dist.world)
     roles = RoleLibrary.load()
     executor = worker_executor(load_pool(pool or s.pool, cache=s.cache), roles, cfg)
+    tasks = worker_tasks(tasks, cfg)
     extra: dict[str, Any] = {}
     if s.uncertain_samples:
         tasks, extra = await _uncertain(s, tasks, executor)

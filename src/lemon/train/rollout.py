@@ -256,7 +256,8 @@ async def _execute(executor: Executor, spec: Spec, state: GroupState) -> tuple[l
     """Run `spec` once per worker seed of the group (through its node cache); grade every run."""
     task = state.task
     runs = await asyncio.gather(*(executor.run(spec, task.prompt, seed=d.seed, vote_key=task.vote_key,
-                                               task_id=task.id, node_cache=state.cache, draw_order=d.order)
+                                               task_id=task.id, node_cache=state.cache, draw_order=d.order,
+                                               max_tokens=task.reply_tokens)
                                   for d in state.draws))
     graded = await asyncio.gather(*(is_correct(task, r.answer) if r.status == "ok" else _false() for r in runs))
     return list(runs), list(graded)

@@ -142,7 +142,8 @@ async def teacher_examples(tasks: Sequence[TrainTask], *, pool_name: str, level:
             counts[proposal.source] += 1
             correct: bool | None = None
             if proposal.source != "fallback" and require_correct:
-                run = await executor.run(proposal.spec, t.prompt, vote_key=t.vote_key, task_id=t.id)
+                run = await executor.run(proposal.spec, t.prompt, vote_key=t.vote_key, task_id=t.id,
+                                         max_tokens=t.reply_tokens)
                 correct = run.status == "ok" and await is_correct(t, run.answer)
                 if not correct:
                     counts["incorrect"] += 1
@@ -171,16 +172,16 @@ async def verified_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
     from lemon.orchestrator.prompted import PromptedOrchestrator
     from lemon.train.config import load_train_config
     from lemon.train.verified import verified_targets
-    from lemon.train.workers import worker_executor
+    from lemon.train.workers import worker_executor, worker_tasks
 
     cfg = load_train_config()
     pool = load_pool(s.teacher_pool, cache=s.cache)
     roles = RoleLibrary.load()
     teacher = PromptedOrchestrator(pool, roles, level=s.teacher_level) if s.teacher_level else None
     try:
-        targets, won = await verified_targets(tasks, worker_executor(pool, roles, cfg), reward=cfg.reward,
-                                              teacher=teacher, worker_samples=s.worker_samples, seed=s.seed,
-                                              progress=progress)
+        targets, won = await verified_targets(worker_tasks(tasks, cfg), worker_executor(pool, roles, cfg),
+                                              reward=cfg.reward, teacher=teacher, worker_samples=s.worker_samples,
+                                              seed=s.seed, progress=progress)
     finally:
         await pool.aclose()
     return verified_sft_examples(targets, won)
@@ -196,15 +197,15 @@ async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings, progress: Pr
     from lemon.llm.pools import load_pool
     from lemon.train.config import load_train_config
     from lemon.train.verified import bank_targets, pooled_bank_targets
-    from lemon.train.workers import worker_executor
+    from lemon.train.workers import worker_executor, worker_tasks
 
     cfg = load_train_config()
     pool = load_pool(s.teacher_pool, cache=s.cache)
     targets_of = bank_targets if pooled is None else partial(pooled_bank_targets, chosen_on=s.bank_items,
                                                              **_pooled_choice(pooled, s.prompt))
     try:
-        targets, won = await targets_of(tasks, worker_executor(pool, RoleLibrary.load(), cfg), reward=cfg.reward,
-                                        progress=progress)
+        targets, won = await targets_of(worker_tasks(tasks, cfg), worker_executor(pool, RoleLibrary.load(), cfg),
+                                        reward=cfg.reward, progress=progress)
     finally:
         await pool.aclose()
     return verified_sft_examples(targets, won)

@@ -13,7 +13,7 @@ import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from lemon.benchmarks.base import Benchmark, Item
+from lemon.benchmarks.base import Benchmark, Item, reply_tokens
 from lemon.benchmarks.registry import get_benchmark
 from lemon.benchmarks.splits import get_split, load_split, split_definition
 from lemon.errors import LemonError
@@ -29,6 +29,9 @@ class TrainTask:
     vote_key: Callable[[str], str | None] | None = None
     kind: str = "number"  # the benchmark's answer kind: number, choice or code
     bank_seed: int = 0  # the workers' seed of `lemon eval`'s seed 0 on this item: the sample bank's draws
+    # The worker tokens per reply the benchmark asks for (`reply_tokens`; AQuA and MMLU 1,024), None: the
+    # executor's. `workers.worker_tasks` settles it against the training config before any rollout.
+    reply_tokens: int | None = None
 
 
 async def is_correct(task: TrainTask, answer: str) -> bool:
@@ -51,7 +54,7 @@ def make_task(bench: Benchmark, item: Item) -> TrainTask:
 
     return TrainTask(id=str(item.id), prompt=bench.prompt(item), grade=grade,
                      vote_key=lambda text: bench.extract(text, item), kind=bench.kind,
-                     bank_seed=item_seed(bench.name, str(item.id), 0))
+                     bank_seed=item_seed(bench.name, str(item.id), 0), reply_tokens=reply_tokens(bench))
 
 
 def load_train_tasks(benchmark: str, *, split: str | None = None, limit: int | None = None, offset: int = 0,
