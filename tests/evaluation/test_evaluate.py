@@ -177,3 +177,21 @@ def test_a_trained_policy_is_identified_by_its_weights_not_its_path(tmp_path: Pa
     assert settings.identity()["policy"] == trained.identity()
     cot = EvalSettings(benchmark="gsm8k", method=resolve_method("cot"), level="small", pool="tiny")
     assert "policy" not in cot.identity()
+
+
+@pytest.mark.parametrize(("max_tokens", "recorded"), [(None, 200), (100, 100)])
+async def test_a_pool_files_reply_limit_is_recorded_so_its_cut_replies_are_counted(
+        tmp_path: Path, data_dir: Path, max_tokens: int | None, recorded: int) -> None:
+    """A pool file's default reply limit is not part of a run's identity (None: "the pool's default"): the run
+    records it, so the report counts that run's cut replies instead of printing "?"."""
+    pool_file = tmp_path / "mine.yaml"
+    pool_file.write_text("name: mine\ndefaults: {temperature: 0.7, max_tokens: 200}\n"
+                         "levels:\n  - {name: small, backend: embedded, model: smollm2-135m}\n")
+    backend = CountingBackend("oracle", responder=oracle_responder(_answers(data_dir, 2)))
+    summary = await evaluate_kw("multiarith", "vanilla", limit=2, seeds=1, store=tmp_path / "r.sqlite",
+                                data_dir=data_dir, pool=str(pool_file), level="small", max_tokens=max_tokens,
+                                pool_factory=lambda: eval_pool(backend))
+    with ResultsStore(tmp_path / "r.sqlite") as db:
+        run = db.run(summary.run_id)
+    assert run is not None and run.config["reply_limit"] == recorded
+    assert (summary.stats.reply_limit, summary.stats.replies, summary.stats.replies_at_limit) == (recorded, 2, 0)

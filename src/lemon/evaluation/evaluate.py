@@ -255,6 +255,19 @@ def _find_run_id(db: ResultsStore, settings: EvalSettings, split: str, limit: in
     return widest.run_id
 
 
+def workers_reply_limit(settings: EvalSettings) -> int | None:
+    """The tokens a worker reply may have: `--max-tokens`, else the pool's default (a built-in pool or a pool
+    file; None for a pool known only to its factory). Recorded in the run's config, not its identity (None
+    there means "the pool's default"), so the report counts cut replies of a pool file's runs too."""
+    from lemon.llm.pools import BUILTIN, read_pool_config
+
+    if settings.max_tokens is not None:
+        return settings.max_tokens
+    if settings.pool in BUILTIN or Path(settings.pool).expanduser().is_file():
+        return read_pool_config(settings.pool).defaults.max_tokens
+    return None
+
+
 def _open_run(db: ResultsStore, settings: EvalSettings, plan: EvalPlan, execution: Execution, split: str,
               items: list[Item]) -> _Run:
     """Create or resume the run in the store and list what is left to compute."""
@@ -263,7 +276,7 @@ def _open_run(db: ResultsStore, settings: EvalSettings, plan: EvalPlan, executio
     ids_hash = hashlib.sha256("\n".join(str(i.id) for i in items).encode()).hexdigest()
     config = {**identity, "kind": get_benchmark(settings.benchmark).kind, "limit": plan.limit,
               "pool_identity": pool_identity(settings.pool), "item_ids_sha256": ids_hash,
-              "lemon_version": _lemon_version()}
+              "lemon_version": _lemon_version(), "reply_limit": workers_reply_limit(settings)}
     if execution.budget_tokens_total is not None:  # recorded, not identity: it never changes an item's result
         config["budget_tokens_total"] = execution.budget_tokens_total
     db.ensure_run(run_id, benchmark=settings.benchmark, split=split, method=settings.method.name,

@@ -103,13 +103,15 @@ def run_stats(run: RunInfo, rows: Sequence[ItemRow]) -> RunStats:
 
 
 def reply_limit(run: RunInfo) -> int | None:
-    """The tokens a worker reply of `run` could have: its own `max_tokens`, else the default of the built-in
-    pool it ran on (as that pool file reads now); None for a pool file, whose default is not stored."""
+    """The tokens a worker reply of `run` could have: its own `max_tokens`, else the limit recorded when it was
+    created (`evaluate.workers_reply_limit`), else, for a run stored before that, the default of the built-in
+    pool it ran on (as that pool file reads now); None for such a run on a pool file."""
     from lemon.llm.pools import BUILTIN, read_pool_config
 
-    cap = run.config.get("max_tokens")
-    if isinstance(cap, int):
-        return cap
+    for key in ("max_tokens", "reply_limit"):
+        cap = run.config.get(key)
+        if isinstance(cap, int):
+            return cap
     pool = run.config.get("pool_identity", run.pool)
     return read_pool_config(str(pool)).defaults.max_tokens if pool in BUILTIN else None
 
