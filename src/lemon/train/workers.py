@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
 from lemon.runtime import Budget, Executor
 from lemon.spec.roles import RoleLibrary
@@ -17,12 +16,8 @@ from lemon.train.tasks import TrainTask
 def worker_executor(pool: Pool, roles: RoleLibrary, cfg: TrainConfig) -> Executor:
     """The executor of training rollouts: workers sampled exactly as `lemon eval` samples them (its reply limit
     is `workers.max_tokens`, else the pool's; each task may ask for its own: `worker_tasks`)."""
-    base = {f: getattr(pool.defaults, f) for f in pool.defaults.__dataclass_fields__}
-    base["temperature"] = cfg.workers.temperature
-    if cfg.workers.max_tokens is not None:
-        base["max_tokens"] = cfg.workers.max_tokens
-    return Executor(pool, roles, budget=Budget(max_tokens=cfg.rollout.worker_budget_tokens),
-                    params=GenParams(**base))
+    params = pool.params(temperature=cfg.workers.temperature, max_tokens=cfg.workers.max_tokens)
+    return Executor(pool, roles, budget=Budget(max_tokens=cfg.rollout.worker_budget_tokens), params=params)
 
 
 def worker_tasks(tasks: Sequence[TrainTask], cfg: TrainConfig) -> list[TrainTask]:
