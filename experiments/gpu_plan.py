@@ -1,29 +1,32 @@
 """The GPU experiment's bookkeeping, used by experiments/gpu.sh: what travels, in which pieces, and the stages.
 
 A lent GPU machine (docs: /work/shared/notes/gpu.md) has no network, takes at most 64 MiB per call, runs one
-command for at most 10 minutes, and is lent for about 30 minutes; it forgets everything ~30 s after a call.
-So everything it needs is packed HERE into pieces of at most PIECE_MIB (`pack`), each piece is sent by one
+command for at most 10 minutes, and is lent for 15 minutes of device time; it forgets everything ~30 s after a
+call. So everything it needs is packed HERE into pieces of at most PIECE_MIB (`pack`), each piece is sent by one
 call (`carry N`, back to back), files are re-assembled and sha256-checked there (`assemble`), and the
 experiment runs as stages that each leave a done-marker, so `run` can be called again and goes on where the
 last call stopped (`next`). `plan` prints all of it with the time budget; nothing here needs the GPU.
-Subcommands: plan | pack [--dry-run] | carry N | assemble | next (the stage to run now) | wheels (the computed
-wheel list) | requirements FILE (what `verify` checks) | verify FILE (on the GPU: the carried requirements are met
-there) | pack-rehearsal DIR (the CPU rehearsal's pieces: the data and SmolLM2, cut and checked the same way).
-"""
+Subcommands: plan | pack [--dry-run] | carry N | assemble | next (the stage to run now) | ggufs (the model files
+the pool and the policy need) | wheels (the computed wheel list) | requirements FILE (what `verify` checks) |
+verify FILE (on the GPU: the carried requirements are met there) | pack-rehearsal DIR (the CPU rehearsal's
+pieces: the data, the llama-cpp-python wheel and SmolLM2, cut and checked the same way)."""
 
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -32,13 +35,15 @@ from packaging.version import Version
 
 MIB = 1 << 20
 PIECE_MIB = 56                       # + the working tree (~2 MiB) stays under the 64 MiB a call carries
-BUDGET_S = 30 * 60                   # device time of one session
+BUDGET_S = 15 * 60                   # device time of one session (the device README since 2026-11-26; was 30)
 CALL_S = 600                         # one command at most
 START_S = 90                         # a cold machine's start (device README: "a minute or more")
-CARRY_CALL_S = 20                    # ASSUMED: one warm call moving ~56 MiB and unpacking it
+CARRY_CALL_S = 6                     # one warm call moving ~56 MiB: 5.5 s measured on an H100 (gpu.md)
 SMOLLM2 = ("SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432)
-QWEN05 = ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", 491_400_064)
-QWEN15 = ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1_117_320_768)
+POLICY_MODEL = "qwen2.5-coder-0.5b"  # the policy's GGUF, turned into an HF model there (stage policy)
+# The workers' pool there. The `cpu` pool's two smaller levels: their GGUFs travel in ~11 calls, where `cpu`'s
+# `large` (1.5B, 20 more pieces, 3x slower per token on the CPU) does not fit a 15-minute lease.
+DEFAULT_POOL = Path(__file__).with_name("gpu-pool.yaml")
 WHEELS_BYTES = 24 * MIB              # the carried wheels (`wheel_closure()`), about
 # What the GPU must import and the image may lack: the project with its [train] extra. The wheels that travel
 # are the closure of its Requires-Dist (`wheel_closure`), not a hand-written list: one missed `httpx2`
@@ -57,6 +62,10 @@ TARGET = {**default_environment(), "python_version": "3.12", "python_full_versio
           "platform_machine": "x86_64", "os_name": "posix", "implementation_name": "cpython",
           "platform_python_implementation": "CPython"}
 LLAMA_SDIST = ("llama_cpp_python-0.3.36.tar.gz", 76_589_250)  # built there with CUDA (~5 min, gpu.md)
+# WORKERS=cpu (the default): the llama-cpp-python installed HERE (the build the suite tests) is repacked as a
+# wheel and carried; there the workers run on the 16 CPU cores in their own processes (lemon.llm.serve) while
+# torch has the GPU. Its package is pure Python over ctypes-loaded libraries, so one wheel fits any CPython 3.
+LLAMA_CPU_WHEEL = ("llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl", 9 * MIB)  # about
 DATA_BYTES = 13 * MIB                # the six benchmarks' files (../shared/data)
 
 
@@ -72,22 +81,56 @@ def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
+def workers_build() -> str:
+    """Where the workers' llama.cpp runs there: `cpu` (the default: the build carried from here, on the 16 CPU
+    cores; a 15-minute lease cannot pay the ~5 min CUDA build) or `cuda` (built there, or LLAMA_WHEEL's)."""
+    build = os.environ.get("WORKERS", "cpu")
+    if build not in ("cpu", "cuda"):
+        raise SystemExit(f"WORKERS={build!r}: use cpu (workers on the GPU machine's CPU cores) or cuda")
+    return build
+
+
+def llama_file() -> tuple[str, int]:
+    """(name, bytes) of the llama-cpp-python that travels: LLAMA_WHEEL's, the CPU wheel, or the sdist."""
+    wheel = os.environ.get("LLAMA_WHEEL")
+    if wheel:
+        return Path(wheel).name, Path(wheel).stat().st_size
+    return LLAMA_CPU_WHEEL if workers_build() == "cpu" else LLAMA_SDIST
+
+
+def model_files(pool: str | None = None) -> list[tuple[str, int]]:
+    """(GGUF name, bytes) of the pool's embedded models and the policy's: what the run needs, nothing more."""
+    from lemon.llm.models import MODELS
+    from lemon.llm.pools import read_pool_config
+
+    cfg = read_pool_config(pool or os.environ.get("POOL") or str(DEFAULT_POOL))
+    ids = dict.fromkeys([lv.model for lv in cfg.levels if lv.backend == "embedded"] + [POLICY_MODEL])
+    unknown = [i for i in ids if i not in MODELS]
+    if unknown:
+        raise SystemExit(f"the pool names model files the plan cannot carry: {', '.join(unknown)}; use pinned ids "
+                         f"({', '.join(MODELS)})")
+    return [(MODELS[i].filename, MODELS[i].size) for i in ids]
+
+
 def stages() -> list[Stage]:
-    """The experiment, in order, with ASSUMED costs on one H100 (llama.cpp CUDA, 0.5B: ~374 tok/s, gpu.md)."""
-    steps, n_train, limit, seeds = (env_int("STEPS", 7), env_int("N_TRAIN", 60), env_int("LIMIT", 20),
+    """The experiment, in order, with ASSUMED costs on one H100 whose workers run on its 16 CPU cores (WORKERS=cpu;
+    0.5B, ~3 s a reply) or on the GPU (cuda: ~374 tok/s, gpu.md). Defaults: what fits one 15-minute lease."""
+    steps, n_train, limit, seeds = (env_int("STEPS", 2), env_int("N_TRAIN", 8), env_int("LIMIT", 5),
                                     env_int("SEEDS", 1))
-    step_s = env_int("STEP_S", 35)   # 4 tasks x group 4 specs x ~3 worker calls on serialised llama.cpp models
-    item_s = env_int("ITEM_S", 2)    # one evaluated item of one method
-    wheel = bool(os.environ.get("LLAMA_WHEEL"))
+    cpu = workers_build() == "cpu"
+    step_s = env_int("STEP_S", 60 if cpu else 35)  # 2 tasks x group 4 specs x ~2 worker calls, served models
+    item_s = env_int("ITEM_S", 6 if cpu else 2)    # one evaluated item of one method
+    carried = cpu or bool(os.environ.get("LLAMA_WHEEL"))
     methods = 5
     return [
         Stage("wheels", 20, False, "pip install the carried wheels into $WORK/site"),
-        Stage("llama", 20 if wheel else 330, False,
-              "llama-cpp-python: install the carried CUDA wheel" if wheel else
+        Stage("llama", 10 if carried else 330, False,
+              f"llama-cpp-python: install the carried {'CPU' if cpu else 'CUDA'} wheel" if carried else
               "llama-cpp-python: build from the sdist with -DGGML_CUDA=on (sm_90); the wheel goes to $OUT"),
-        Stage("models", 40, False, "place the GGUFs, verify sha256 (lemon models --verify)"),
+        Stage("models", 20, False, "place the GGUFs, verify sha256 (lemon models --verify)"),
         Stage("policy", 60, False, "the Qwen2.5-Coder-0.5B-Instruct policy: GGUF -> HF safetensors"),
-        Stage("sft", 60 + 1.2 * n_train, False, f"lemon sft: {n_train} teacher specs (cpu pool, large), 3 epochs"),
+        Stage("sft", 60 + (4 if cpu else 1.2) * n_train, False,
+              f"lemon sft: {n_train} teacher specs (the pool's strongest level), 3 epochs"),
         Stage("train-cf", 30 + steps * step_s, True,
               f"lemon train: {steps} steps GRPO + counterfactual credit, --lora --precision bf16 "
               "--gradient-checkpointing"),
@@ -214,15 +257,17 @@ def write_requirements(path: Path, wheels: Sequence[str] | None = None) -> int:
 
 
 def pack_rehearsal(root: Path, data_dir: Path) -> int:
-    """The CPU rehearsal's pieces (experiments/gpu.sh rehearse): the benchmark data and the tiny pool's SmolLM2
-    GGUF, cut by the same code as the GPU's pieces (small pieces, so there are several), then carried and
-    assembled with their sha256 checked. Needs no network: the wheels are checked, not downloaded."""
+    """The CPU rehearsal's pieces (experiments/gpu.sh rehearse): the benchmark data, the repacked llama-cpp-python
+    wheel (WORKERS=cpu's) and the tiny pool's SmolLM2 GGUF, cut by the same code as the GPU's pieces (small
+    pieces, so there are several), then carried and assembled with their sha256 checked. Needs no network: the
+    wheels are checked, not downloaded."""
     from lemon.llm.models import ensure_model
 
     stage = root.parent / "staging"
     stage.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-cf", str(stage / "data.tar"), "-C", str(data_dir.parent), data_dir.name], check=True)
-    sources = [("data.tar", stage / "data.tar"), (SMOLLM2[0], ensure_model("smollm2-135m"))]
+    wheel = repack_installed("llama-cpp-python", stage)  # installed there as on the GPU: the same code path
+    sources = [("data.tar", stage / "data.tar"), (wheel.name, wheel), (SMOLLM2[0], ensure_model("smollm2-135m"))]
     n = write_pieces(sources, root, piece=32 * MIB)
     print(f"packed {len(sources)} files into {n} pieces under {root}")
     return 0
@@ -251,9 +296,7 @@ def verify(path: Path) -> int:
 def carried_files() -> list[tuple[str, int]]:
     """(name, bytes) of what travels, setup first (so a short first session can build the CUDA wheel from
     the first pieces); the wheel of a previous session replaces the sdist when LLAMA_WHEEL names it."""
-    wheel = os.environ.get("LLAMA_WHEEL")
-    llama = (Path(wheel).name, Path(wheel).stat().st_size) if wheel else LLAMA_SDIST
-    return [("wheels.tar", WHEELS_BYTES), ("data.tar", DATA_BYTES), llama, SMOLLM2, QWEN05, QWEN15]
+    return [("wheels.tar", WHEELS_BYTES), ("data.tar", DATA_BYTES), llama_file(), *model_files()]
 
 
 def pieces_holding(files: list[tuple[str, int]], names: set[str]) -> int:
@@ -305,12 +348,13 @@ def print_plan() -> int:
     for name, size in files:
         print(f"     {name:48s} {size / MIB:8.1f} MiB")
     print(f"   = {sum(s for _, s in files) / MIB:.0f} MiB in {len(pieces)} pieces of <= {PIECE_MIB} MiB")
-    if not os.environ.get("LLAMA_WHEEL"):
+    if not os.environ.get("LLAMA_WHEEL") and workers_build() == "cuda":
         k = pieces_holding(files, {"wheels.tar", "data.tar", LLAMA_SDIST[0]})
         first = START_S + k * CARRY_CALL_S + st[0].estimate_s + st[1].estimate_s
         print(f"\n   Session 0 (optional, ~{first / 60:.1f} min): carry pieces 00..{k - 1:02d}, then run: it builds "
               "the CUDA wheel of llama-cpp-python and returns it in $OUT (llama-wheel.partNN); "
               "`cat` them and pack again with LLAMA_WHEEL=that.whl to save the build in the experiment session")
+    print(f"   workers: {workers_build()} (WORKERS), pool {os.environ.get('POOL') or DEFAULT_POOL.name} (POOL)")
     print(f"\n2. ON THE GPU, back to back (the machine forgets ~30 s after a call): {len(pieces)} carrying calls")
     print('     run(carry=[".gpu/pieces/NN"], command="bash experiments/gpu.sh carry NN")   NN = '
           f"00..{len(pieces) - 1:02d}   ~{carry_s / 60:.1f} min (assumed {CARRY_CALL_S} s a call)")
@@ -360,15 +404,17 @@ def write_pieces(sources: list[tuple[str, Path]], root: Path, piece: int = PIECE
 
 
 def _sources(out: Path, data_dir: Path, dry_run: bool) -> list[tuple[str, Path]]:
-    from lemon.llm.models import ensure_model
+    """The carried files in `carried_files()`'s order, gathered under out/staging (wheels from PyPI)."""
+    from lemon.llm.models import MODELS, ensure_model
 
     stage = out / "staging"
-    wheel = os.environ.get("LLAMA_WHEEL")
-    found = [("wheels.tar", stage / "wheels.tar"), ("data.tar", stage / "data.tar")]
+    wheel, cpu = os.environ.get("LLAMA_WHEEL"), workers_build() == "cpu"
+    llama = (Path(wheel).name, Path(wheel)) if wheel else (
+        (LLAMA_CPU_WHEEL[0], stage / LLAMA_CPU_WHEEL[0]) if cpu else (LLAMA_SDIST[0], stage / LLAMA_SDIST[0]))
+    found = [("wheels.tar", stage / "wheels.tar"), ("data.tar", stage / "data.tar"), llama]
+    by_file = {m.filename: m.id for m in MODELS.values()}
     if dry_run:
-        found += [(n, Path(f"<lemon models: {n}>")) for n, _ in (SMOLLM2, QWEN05, QWEN15)]
-        found.append((Path(wheel).name, Path(wheel)) if wheel else (LLAMA_SDIST[0], stage / LLAMA_SDIST[0]))
-        return found
+        return found + [(n, Path(f"<lemon models: {by_file[n]}>")) for n, _ in model_files()]
     stage.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(stage / "wheels")]
     wheels = wheel_closure()
@@ -376,15 +422,69 @@ def _sources(out: Path, data_dir: Path, dry_run: bool) -> list[tuple[str, Path]]
                     "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", *wheels],
                    check=True)
     write_requirements(stage / "wheels" / "requirements.txt", wheels)
-    if not wheel:
+    if not wheel and cpu:
+        repack_installed("llama-cpp-python", stage)
+    elif not wheel:
         subprocess.run([*pip, "--no-binary", ":all:", "llama-cpp-python==0.3.36"], check=True)
         shutil.move(str(stage / "wheels" / LLAMA_SDIST[0]), stage / LLAMA_SDIST[0])
     subprocess.run(["tar", "-cf", str(stage / "wheels.tar"), "-C", str(stage), "wheels"], check=True)
     subprocess.run(["tar", "-cf", str(stage / "data.tar"), "-C", str(data_dir.parent), data_dir.name], check=True)
-    found += [(SMOLLM2[0], ensure_model("smollm2-135m")), (QWEN05[0], ensure_model("qwen2.5-coder-0.5b")),
-              (QWEN15[0], ensure_model("qwen2.5-coder-1.5b"))]
-    found.append((Path(wheel).name, Path(wheel)) if wheel else (LLAMA_SDIST[0], stage / LLAMA_SDIST[0]))
-    return found
+    return found + [(n, ensure_model(by_file[n])) for n, _ in model_files()]
+
+
+def repack_installed(dist: str, out_dir: Path, bundle: Sequence[str] = ("libgomp.so.1",)) -> Path:
+    """The distribution installed HERE as a `py3-none-linux_x86_64` wheel in `out_dir`: the build this machine's
+    suite tested travels as it is, with no build there. Right for llama-cpp-python alone among the carried
+    packages: it is pure Python over libraries it loads with ctypes, so no CPython ABI is baked in. Only its
+    packages travel (its copies under site-packages/lib and include do not), and the system libraries in
+    `bundle` go beside its own (their RUNPATH is $ORIGIN): llama.cpp's OpenMP runtime is not in every image."""
+    d = metadata.distribution(dist)
+    name, version = canonicalize_name(dist).replace("-", "_"), d.version
+    info = f"{name}-{version}.dist-info"
+    packages = {f.parts[0] for f in d.files or [] if f.name == "__init__.py" and len(f.parts) == 2}
+    files = [f for f in d.files or [] if f.parts[0] in packages and "__pycache__" not in f.parts]
+    libs = _library_folder(d, files)
+    extra = {f"{info}/METADATA": (d.read_text("METADATA") or "").encode(),
+             f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: lemon gpu_plan\nRoot-Is-Purelib: false\n"
+                              b"Tag: py3-none-linux_x86_64\n"}
+    extra |= {f"{libs}/{lib}": _system_library(lib, Path(d.locate_file(libs))).read_bytes() for lib in bundle}
+    target = out_dir / f"{name}-{version}-py3-none-linux_x86_64.whl"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    record = []
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
+        for f in files:
+            data = Path(d.locate_file(f)).read_bytes()
+            z.writestr(str(f), data)
+            record.append(_record_line(str(f), data))
+        for arc, data in extra.items():
+            z.writestr(arc, data)
+            record.append(_record_line(arc, data))
+        z.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+    return target
+
+
+def _library_folder(d: metadata.Distribution, files: Sequence[Any]) -> str:
+    """The folder (inside the wheel) holding the distribution's shared libraries."""
+    found = sorted({str(f.parent) for f in files if ".so" in f.name})
+    if not found:
+        raise SystemExit(f"{d.metadata['Name']} has no shared libraries to bundle beside")
+    return found[0]
+
+
+def _system_library(soname: str, beside: Path) -> Path:
+    """Where the dynamic loader finds `soname` for the libraries in `beside` (ldd's answer)."""
+    for lib in sorted(beside.glob("*.so")):
+        out = subprocess.run(["ldd", str(lib)], capture_output=True, text=True, check=False).stdout
+        for line in out.splitlines():
+            parts = line.split()
+            if parts and parts[0] == soname and len(parts) > 2 and parts[2].startswith("/"):
+                return Path(parts[2])
+    raise SystemExit(f"{soname} is not among what {beside}'s libraries load; bundle nothing or name another")
+
+
+def _record_line(arcname: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{arcname},sha256={digest},{len(data)}"
 
 
 def _sha256(path: Path) -> str:
@@ -491,7 +591,7 @@ def next_stage(work: Path) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("command", choices=("plan", "pack", "carry", "assemble", "next", "policy", "summary",
+    ap.add_argument("command", choices=("plan", "pack", "carry", "assemble", "next", "policy", "summary", "ggufs",
                                         "wheels", "verify", "requirements", "pack-rehearsal"))
     ap.add_argument("arg", nargs="?")
     ap.add_argument("arg2", nargs="?")
@@ -512,6 +612,9 @@ def main() -> int:
         return summary(Path(a.arg), Path(a.arg2))
     if a.command == "wheels":
         return print_wheels()
+    if a.command == "ggufs":  # the GGUF files stage `models` places: the pool's (POOL) and the policy's
+        print(" ".join(name for name, _ in model_files()))
+        return 0
     if a.command == "verify":
         return verify(Path(a.arg))
     if a.command == "requirements":

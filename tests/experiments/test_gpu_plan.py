@@ -42,13 +42,45 @@ def test_the_dry_run_prints_the_plan_and_its_budget() -> None:
         assert f"  {stage.name} " in out
     n = len(gpu.pieces_of(gpu.carried_files()))
     assert f"{n} carrying calls" in out and f"NN = 00..{n - 1:02d}" in out
-    assert "estimated device time" in out and "Session 0" in out
+    assert "estimated device time" in out and "workers: cpu" in out and "Session 0" not in out
+    cuda = _sh("--dry-run", WORKERS="cuda").stdout  # the CUDA build is worth a session of its own
+    assert "Session 0" in cuda and "llama_cpp_python-0.3.36.tar.gz" in cuda
 
 
 def test_the_plan_says_when_it_does_not_fit() -> None:
     assert "OVER BUDGET" in _sh("--dry-run", STEPS="200").stdout
-    small = _sh("--dry-run", STEPS="2", LIMIT="5", N_TRAIN="20").stdout
-    assert "fits in 30 min" in small and "OVER BUDGET" not in small
+    lease = _sh("--dry-run").stdout  # the default sizes are the 15-minute lease's
+    assert "fits in 15 min" in lease and "OVER BUDGET" not in lease
+    assert "OVER BUDGET" in _sh("--dry-run", WORKERS="cuda", POOL="cpu").stdout  # 1.7 GB + the build: no
+    bad = _sh("--dry-run", WORKERS="gpu")
+    assert bad.returncode != 0 and "WORKERS='gpu'" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_carried_models_are_the_pools_and_the_policys() -> None:
+    lease = [name for name, _ in gpu.model_files()]
+    assert lease == ["SmolLM2-135M-Instruct.Q4_1.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"]
+    assert "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" in [n for n, _ in gpu.model_files("cpu")]
+    assert [n for n, _ in gpu.model_files("tiny")] == lease  # the policy's GGUF travels whatever the pool
+
+
+def test_the_repacked_llama_wheel_installs_and_imports_anywhere(tmp_path: Path) -> None:
+    """WORKERS=cpu carries this machine's llama-cpp-python as a py3-none wheel: it must hold no module built for
+    one CPython (else the GPU's 3.12 could not import a 3.11 build), install with pip and import from there."""
+    import zipfile
+
+    wheel = gpu.repack_installed("llama-cpp-python", tmp_path / "w")
+    assert wheel.name == gpu.LLAMA_CPU_WHEEL[0]
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.startswith("llama_cpp/lib/") and ".so" in n for n in names)  # the ctypes-loaded libraries
+    assert not [n for n in names if ".cpython-" in n or n.endswith(".abi3.so")]
+    site = tmp_path / "site"
+    pip = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--target", str(site), str(wheel)]
+    assert subprocess.run(pip, capture_output=True, text=True, timeout=120).returncode == 0
+    code = "import llama_cpp; print(llama_cpp.__file__); llama_cpp.llama_backend_init()"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(site)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip().startswith(str(site))
 
 
 @settings(max_examples=60, deadline=None)
