@@ -10,13 +10,17 @@ served@8 / served@1 is what concurrency buys on the server (batching), and serve
 the process boundary (HTTP, JSON, a second process on the same cores). Rounds alternate embedded and served,
 and the best round of each counts (the machine is shared).
 
-Run: `python benchmarks/bench_workers.py [--rounds 2] [-v]`. Prints one line, `P4 <ratio> ...`.
+Two engines: llama_cpp.server (one completion at a time: P4a) and, when a binary is given (`--llama-server
+PATH` or LEMON_LLAMA_SERVER; `bash experiments/build_llama_server.sh` builds one), llama.cpp's own llama-server
+with 8 slots and continuous batching (P4). Run: `python benchmarks/bench_workers.py [--rounds 2]
+[--llama-server PATH] [-v]`. Prints one line per engine, `P4 <ratio> ...` (llama-server) and `P4a <ratio> ...`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import socket
@@ -26,10 +30,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from lemon.llm.base import ChatRequest, GenParams, Message
 from lemon.llm.embedded import EmbeddedBackend
 from lemon.llm.pools import load_pool
-from lemon.llm.serve import serving
+from lemon.llm.serve import llama_server_binary, serving
 
 log = logging.getLogger("bench_workers")
 
@@ -70,8 +76,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def embedded_round(seed0: int) -> float:
-    backend = EmbeddedBackend("smollm2-135m")
+async def embedded_round(model: str, seed0: int) -> float:
+    backend = EmbeddedBackend(model)
     try:
         await rate(backend, requests(999)[:1], False)  # load + warm up
         r, tokens, wall = await rate(backend, requests(seed0), True)
@@ -95,28 +101,52 @@ async def served_round(pool_file: Path, seed0: int) -> tuple[float, float]:
         await pool.aclose()
 
 
-def measure(rounds: int) -> tuple[float, float, float]:
-    """Best embedded, served@8 and served@1 rates over `rounds` alternating rounds."""
-    emb, s8, s1 = [], [], []
-    with tempfile.TemporaryDirectory() as tmp, serving("tiny", Path(tmp), port=free_port()) as pool_file:
+def one_model_pool(model: str, folder: Path) -> str:
+    """A pool file whose every level is `model` (the `tiny` pool for SmolLM2)."""
+    if model == "smollm2-135m":
+        return "tiny"
+    path = folder / "pool.yaml"
+    path.write_text(yaml.safe_dump({"name": "bench", "levels": [{"name": "small", "backend": "embedded",
+                                                                  "model": model}]}))
+    return str(path)
+
+
+def measure(model: str, rounds: int, binary: Path | None) -> tuple[float, dict[str, tuple[float, float]]]:
+    """Best embedded rate, and best (served@8, served@1) per server engine, over `rounds` alternating rounds."""
+    engines = {"llama_cpp.server": None, **({"llama-server": binary} if binary else {})}
+    emb: list[float] = []
+    served: dict[str, list[tuple[float, float]]] = {name: [] for name in engines}
+    with contextlib.ExitStack() as stack:
+        pool = one_model_pool(model, Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        files = {name: stack.enter_context(serving(pool, Path(stack.enter_context(tempfile.TemporaryDirectory())),
+                                                   port=free_port(), binary=b))
+                 for name, b in engines.items()}
         for k in range(rounds):
-            emb.append(asyncio.run(embedded_round(100 * k)))
-            r8, r1 = asyncio.run(served_round(pool_file, 100 * k))
-            s8.append(r8)
-            s1.append(r1)
-    return max(emb), max(s8), max(s1)
+            emb.append(asyncio.run(embedded_round(model, 100 * k)))
+            for name, pool_file in files.items():
+                served[name].append(asyncio.run(served_round(pool_file, 100 * k)))
+    return max(emb), {name: (max(r[0] for r in rs), max(r[1] for r in rs)) for name, rs in served.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--model", default="smollm2-135m", help="a pinned model id (lemon models), e.g. "
+                    "qwen2.5-coder-1.5b: the `cpu` pool's large")
+    ap.add_argument("--llama-server", type=Path, default=None,
+                    help="a llama.cpp llama-server binary (default: LEMON_LLAMA_SERVER, else none)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(message)s")
-    emb, s8, s1 = measure(args.rounds)
-    print(f"P4 {s8 / emb:.2f}  completion tok/s served@8 {s8:.1f} / embedded {emb:.1f}; limits: batching "
-          f"served@8/served@1 {s8 / s1:.2f} (llama_cpp.server runs one completion at a time), process boundary "
-          f"served@1/embedded {s1 / emb:.2f}")
+    emb, served = measure(args.model, args.rounds, args.llama_server or llama_server_binary())
+    for pid, name in (("P4", "llama-server"), ("P4a", "llama_cpp.server")):
+        if name not in served:
+            continue
+        s8, s1 = served[name]
+        limit = ("continuous batching, 8 slots" if name == "llama-server" else "one completion at a time")
+        print(f"{pid} {s8 / emb:.2f}  {args.model}: completion tok/s {name}@8 {s8:.1f} / embedded {emb:.1f}; "
+              f"limits: batching served@8/served@1 {s8 / s1:.2f} ({limit}), process boundary "
+              f"served@1/embedded {s1 / emb:.2f}")
 
 
 if __name__ == "__main__":

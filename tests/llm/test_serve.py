@@ -1,4 +1,4 @@
-"""`lemon.llm.serve`: a pool's embedded models behind real `llama_cpp.server` processes (issue 25).
+"""`lemon.llm.serve`: a pool's embedded models behind real `llama_cpp.server` or llama-server processes (issue 25).
 
 One server per distinct model, healthy before the pool file is handed out, the same answers as the embedded
 model under the same settings (greedy and seeded), and every server gone afterwards.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,75 @@ def test_one_worker_per_distinct_model() -> None:
     assert [(w.levels, w.port) for w in workers] == [(("small",), 9000), (("medium",), 9001), (("large",), 9002)]
     (tiny,) = plan_workers(read_pool_config("tiny"), port=9000)
     assert tiny.levels == ("small", "medium", "large") and tiny.alias == "smollm2-135m"
+
+
+def test_a_llama_server_worker_batches_and_answers_to_its_own_alias(tmp_path: Path) -> None:
+    """LEMON_LLAMA_SERVER's engine: slots for SERVED_CONCURRENCY requests of the level's context each, and an
+    alias of its own, so its draws never share LLM-cache entries with llama_cpp.server's."""
+    from lemon.llm.serve import SERVED_CONCURRENCY, server_command
+
+    binary = tmp_path / "llama-server"
+    (w,) = plan_workers(read_pool_config("tiny"), port=9000, binary=binary)
+    (plain,) = plan_workers(read_pool_config("tiny"), port=9000)
+    assert w.alias == "smollm2-135m-llama-server" != plain.alias
+    cmd = server_command(w)
+    flag = dict(zip(cmd[1::2], cmd[2::2], strict=False))
+    assert cmd[0] == str(binary) and flag["--parallel"] == str(SERVED_CONCURRENCY)
+    assert flag["--ctx-size"] == str(w.n_ctx * SERVED_CONCURRENCY) and flag["--alias"] == w.alias
+    assert server_command(plain)[1:3] == ["-m", "llama_cpp.server"]
+
+
+def test_lemon_llama_server_names_an_executable_or_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                               tmp_path: Path) -> None:
+    from lemon.llm.serve import llama_server_binary
+
+    monkeypatch.delenv("LEMON_LLAMA_SERVER", raising=False)
+    assert llama_server_binary() is None
+    monkeypatch.setenv("LEMON_LLAMA_SERVER", str(tmp_path / "nowhere"))
+    with pytest.raises(ConfigError, match=r"build_llama_server\.sh") as err:
+        llama_server_binary()
+    assert "\n" not in str(err.value)
+    exe = tmp_path / "llama-server"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    monkeypatch.setenv("LEMON_LLAMA_SERVER", str(exe))
+    assert llama_server_binary() == exe
+
+
+def built_llama_server() -> Path:
+    """The README's test command builds it (experiments/build_llama_server.sh, idempotent): its path."""
+    script = Path(__file__).parents[2] / "experiments" / "build_llama_server.sh"
+    res = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=1800, check=True)
+    return Path(res.stdout.strip().splitlines()[-1])
+
+
+def test_a_pool_served_by_llama_server_answers_requests_in_flight_together(tmp_path: Path,
+                                                                          _isolated_home: Path) -> None:
+    """A real llama-server from the vendored llama.cpp: healthy before the pool file is handed out, 8 slots, 8
+    concurrent seeded requests answered (each seed its own draw), and the server gone after. (Whether a batched
+    draw equals the same request alone is not asserted: llama.cpp's logits move in their last bits with the
+    batch's shape and the prompt cache, as test_a_served_pool... notes for the embedded model.)"""
+    import json
+    import urllib.request
+
+    from lemon.llm.serve import SERVED_CONCURRENCY
+
+    port = free_port()
+    with serving("tiny", tmp_path / "w", port=port, binary=built_llama_server()) as pool_file:
+        cfg = read_pool_config(str(pool_file))
+        assert {lv.model for lv in cfg.levels} == {"smollm2-135m-llama-server"}
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/slots", timeout=10) as r:
+            assert len(json.loads(r.read())) == SERVED_CONCURRENCY
+        pool = load_pool(str(pool_file), cache=False)
+
+        async def ask_all() -> list[str]:
+            backend = pool.backend("small")
+            reqs = [ChatRequest(QUESTION, GenParams(temperature=0.7, max_tokens=32, seed=s, repeat_penalty=1.0))
+                    for s in range(8)]
+            together = await asyncio.gather(*(backend.complete(r) for r in reqs))
+            await backend.aclose()
+            return [c.text for c in together]
+
+        texts = asyncio.run(ask_all())
+        assert len(texts) == 8 and all(texts) and len(set(texts)) > 1  # seeded draws differ from seed to seed
+    assert not _answers(f"http://127.0.0.1:{port}/v1")

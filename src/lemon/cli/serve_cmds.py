@@ -23,19 +23,20 @@ def serve_cmd(
                                               "(default LEMON_HOME/served/POOL).")] = None,
     threads: MaybeThreadsOpt = None,
 ) -> None:
-    """Serve the pool's embedded worker models (llama_cpp.server, one process per model) until Ctrl-C
-    (or SIGTERM)."""
+    """Serve the pool's embedded worker models (llama_cpp.server, or the llama-server that LEMON_LLAMA_SERVER
+    names; one process per model) until Ctrl-C (or SIGTERM)."""
     from lemon.llm.pools import read_pool_config
-    from lemon.llm.serve import plan_workers, serving
+    from lemon.llm.serve import llama_server_binary, plan_workers, serving
     from lemon.paths import lemon_home
 
     apply_threads(threads)
     stop_on_signals()
     console = consoles().out
     folder = out or lemon_home() / "served" / Path(read_pool_config(pool).name).name
-    with serving(pool, folder, port=port) as path:
+    binary = llama_server_binary()
+    with serving(pool, folder, port=port, binary=binary) as path:
         try:  # from the moment the servers are up, Ctrl-C is the normal stop, even while the lines print
-            for w in plan_workers(read_pool_config(pool), port):
+            for w in plan_workers(read_pool_config(pool), port, binary):
                 console.print(f"{', '.join(w.levels)}: {w.model} on {w.base_url}", markup=False, highlight=False)
             console.print(f"served pool: {path}  (use --pool {path}; Ctrl-C stops the servers)", markup=False,
                           highlight=False)

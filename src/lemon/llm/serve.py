@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -40,6 +41,7 @@ from lemon.llm.pools import LevelConfig, PoolConfig, read_pool_config
 
 log = logging.getLogger(__name__)
 
+LLAMA_SERVER_ENV = "LEMON_LLAMA_SERVER"
 DEFAULT_PORT = 8700      # LEMON_WORKER_PORT overrides it; process k of a data-parallel run adds 16 k
 STARTUP_S = 180.0        # loading a 1.5B GGUF from a cold disk on 2 cores takes well under a minute
 SERVED_CONCURRENCY = 8   # requests in flight per served model (the server queues them)
@@ -57,6 +59,7 @@ class Worker:
     n_ctx: int
     n_threads: int
     levels: tuple[str, ...]
+    binary: Path | None = None  # llama.cpp's `llama-server` (continuous batching); None: llama_cpp.server
 
     @property
     def base_url(self) -> str:
@@ -68,8 +71,23 @@ def model_file(lv: LevelConfig) -> Path:
     return verified_model_file(lv.model, lv.sha256)
 
 
-def plan_workers(cfg: PoolConfig, port: int = DEFAULT_PORT) -> list[Worker]:
-    """One worker per distinct (model, context, threads) among the embedded levels, in level order."""
+def llama_server_binary() -> Path | None:
+    """llama.cpp's `llama-server` when LEMON_LLAMA_SERVER names one (a path, or a name on PATH): it batches the
+    requests in flight (`--parallel`), where llama_cpp.server runs one at a time. None: llama_cpp.server."""
+    raw = os.environ.get(LLAMA_SERVER_ENV, "").strip()
+    if not raw:
+        return None
+    found = shutil.which(raw)
+    if found is None:
+        raise ConfigError(f"{LLAMA_SERVER_ENV}={raw!r} is not an executable llama-server; build one with "
+                          "`bash experiments/build_llama_server.sh`, or unset it to serve with llama_cpp.server")
+    return Path(found)
+
+
+def plan_workers(cfg: PoolConfig, port: int = DEFAULT_PORT, binary: Path | None = None) -> list[Worker]:
+    """One worker per distinct (model, context, threads) among the embedded levels, in level order. A
+    llama-server worker answers to another alias, so its replies never share LLM-cache entries with
+    llama_cpp.server's (another sampler, other draws)."""
     found: dict[tuple[str, int, int | None], list[str]] = {}
     for lv in cfg.levels:
         if lv.backend == "embedded":
@@ -78,8 +96,9 @@ def plan_workers(cfg: PoolConfig, port: int = DEFAULT_PORT) -> list[Worker]:
     workers = []
     for k, ((model, n_ctx, n_threads), levels) in enumerate(found.items()):
         threads = n_threads or threads_from_env() or max(1, os.cpu_count() or 1)
-        workers.append(Worker(model, model_file(by_name[levels[0]]), Path(model).stem.lower(), port + k, n_ctx,
-                              threads, tuple(levels)))
+        alias = Path(model).stem.lower() + ("-llama-server" if binary else "")
+        workers.append(Worker(model, model_file(by_name[levels[0]]), alias, port + k, n_ctx, threads,
+                              tuple(levels), binary))
     return workers
 
 
@@ -102,7 +121,14 @@ def served_config(cfg: PoolConfig, workers: list[Worker]) -> dict[str, Any]:
 
 
 def server_command(w: Worker) -> list[str]:
-    """`python -m llama_cpp.server` for one worker (the same interpreter, so the same llama-cpp-python)."""
+    """`python -m llama_cpp.server` for one worker (the same interpreter, so the same llama-cpp-python), or
+    llama-server with SERVED_CONCURRENCY slots of the level's context each (continuous batching)."""
+    if w.binary is not None:
+        return [str(w.binary), "--model", str(w.path), "--alias", w.alias, "--host", "127.0.0.1",
+                "--port", str(w.port), "--ctx-size", str(w.n_ctx * SERVED_CONCURRENCY),
+                "--parallel", str(SERVED_CONCURRENCY), "--threads", str(w.n_threads),
+                "--threads-batch", str(w.n_threads), "--n-gpu-layers", str(gpu_layers_from_env()),
+                "--no-webui", "--log-disable"]
     return [sys.executable, "-m", "llama_cpp.server", "--model", str(w.path), "--model_alias", w.alias,
             "--host", "127.0.0.1", "--port", str(w.port), "--n_ctx", str(w.n_ctx), "--n_threads", str(w.n_threads),
             "--n_threads_batch", str(w.n_threads), "--n_gpu_layers", str(gpu_layers_from_env()),
@@ -134,7 +160,7 @@ def workers_for(pool: str, serve: bool, work_dir: Path) -> Iterator[str]:
     if not serve or not has_embedded(pool):
         yield pool
         return
-    with serving(pool, work_dir, port=worker_port()) as path:
+    with serving(pool, work_dir, port=worker_port(), binary=llama_server_binary()) as path:
         yield str(path)
 
 
@@ -185,12 +211,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 @contextlib.contextmanager
-def serving(pool: str, work_dir: Path, *, port: int = DEFAULT_PORT,
-            startup_s: float = STARTUP_S) -> Iterator[Path]:
+def serving(pool: str, work_dir: Path, *, port: int = DEFAULT_PORT, startup_s: float = STARTUP_S,
+            binary: Path | None = None) -> Iterator[Path]:
     """Start a worker server per embedded model of `pool`, wait for all, yield the served pool file
     (`work_dir/pool.yaml`; server logs beside it); stop the servers on leaving, whatever happened."""
     cfg = read_pool_config(pool)
-    workers = plan_workers(cfg, port)
+    workers = plan_workers(cfg, port, binary)
     for w in workers:
         _check_port_free(w.port)
     work_dir.mkdir(parents=True, exist_ok=True)
