@@ -37,7 +37,9 @@ def serve_cmd(
     with serving(pool, folder, port=port, binary=binary) as path:
         try:  # from the moment the servers are up, Ctrl-C is the normal stop, even while the lines print
             for w in plan_workers(read_pool_config(pool), port, binary):
-                console.print(f"{', '.join(w.levels)}: {w.model} on {w.base_url}", markup=False, highlight=False)
+                engine = "llama-server, 8 slots" if w.binary else "llama_cpp.server"
+                console.print(f"{', '.join(w.levels)}: {w.model} on {w.base_url} ({engine})", markup=False,
+                              highlight=False)
             console.print(f"served pool: {path}  (use --pool {path}; Ctrl-C stops the servers)", markup=False,
                           highlight=False)
             while True:
