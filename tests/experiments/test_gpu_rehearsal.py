@@ -1,8 +1,9 @@
 """The GPU plan rehearsed on this CPU (issue 25): `bash experiments/gpu.sh rehearse` runs every stage of
 experiments/gpu.sh for real - pieces cut, carried and sha256-assembled, the computed wheel list verified, the
 `tiny` pool served out of process, SFT, GRPO with and without counterfactual credit (LoRA, gradient
-checkpointing, KL, 2 micro-batches), evaluation and the report - with the stage code the GPU runs. ~10 minutes
-on 2 cores: the one slow test that proves the plan before a GPU session is spent on it."""
+checkpointing, KL, 2 micro-batches), evaluation and the report - with the stage code the GPU runs, the workers
+served by the carried llama-server. ~10 minutes on 2 cores: the one slow test that proves the plan before a GPU
+session is spent on it."""
 
 from __future__ import annotations
 
@@ -53,6 +54,9 @@ def test_the_rehearsal_runs_every_stage_of_the_gpu_plan(tmp_path: Path, data_dir
         assert (out / f"adapter-{arm}.safetensors").stat().st_size > 0
     # the served workers ran the specs (the global arm's same specs are LLM-cache hits) and a counterfactual
     assert any(r["worker_tokens"] > 0 and r["cf_count"] > 0 for r in metrics["cf"])
+    for pool_file in (runs / "sft" / "workers", runs / "cf" / "workers", work / "served"):  # every stage's
+        served = (pool_file / "pool.yaml").read_text()  # workers were the carried llama-server's batched slots
+        assert "model: smollm2-135m-llama-server" in served, served
     report = (out / "results-gpu.md").read_text()
     for method in ("cot", "vanilla", "trained:"):
         assert method in report
