@@ -14,7 +14,9 @@ the served pool sends `repeat_penalty: 1.0` (the embedded backend's default; the
 same from run to run.
 
 llama_cpp.server runs one completion at a time per model (no continuous batching): it moves llama.cpp out of
-the caller's process, it does not make a CPU faster (`benchmarks/bench_workers.py`, P4).
+the caller's process, it does not make a CPU faster (`benchmarks/bench_workers.py`, P4a 1.00-1.09). With
+`binary` (LEMON_LLAMA_SERVER: llama.cpp's own llama-server, experiments/build_llama_server.sh) each worker is
+a llama-server with SERVED_CONCURRENCY slots that decode together: P4 4.08 on SmolLM2, 1.29 on the 1.5B.
 """
 
 from __future__ import annotations
