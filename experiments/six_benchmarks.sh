@@ -25,9 +25,15 @@
 # trained on the three math benchmarks only, so their MMLU, AQuA and HumanEval cells measure transfer.
 # TRAINED="DIR ..." evaluates policies trained elsewhere instead; TRAINED=none leaves them out.
 #
+# Parts. PARTS (default all five, in this order: baselines policies orchestrators topologies report) runs some.
+# The orchestrators' and topologies' evaluations need no trained policy (the orchestrators part takes the ones
+# that exist), so a second invocation on the same store may run them while the first trains: the policies'
+# SFT teacher keeps one core busy, and `PARTS="orchestrators topologies" JOBS=1 THREADS=1` fills the other; the
+# store's claims share each evaluation's items, and the first joins whatever is unfinished when it gets there.
+#
 # Usage: LEMON_DATA_DIR=../shared/data [LIMIT=30|all SEEDS=2 POOL=cpu BENCHES="..."] [JOBS=2 THREADS=1 (on 2 cores)]
 #          [TRAINED=auto|none|"DIR ..."] [POLICY_RUNS=DIR TRAIN_LIMIT=20 N_TRAIN=60 STEPS=30 POLICY=HF_DIR]
-#          bash experiments/six_benchmarks.sh [STORE]
+#          [PARTS="baselines policies orchestrators topologies report"] bash experiments/six_benchmarks.sh [STORE]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 home="${LEMON_HOME:-$HOME/.cache/lemon}"
@@ -36,6 +42,14 @@ limit="${LIMIT:-30}"
 seeds="${SEEDS:-2}"
 pool="${POOL:-cpu}"
 log="$store.runs.log"
+all_parts="baselines policies orchestrators topologies report"
+read -r -a parts <<< "${PARTS:-$all_parts}"
+for part in "${parts[@]}"; do
+  if [[ " $all_parts " != *" $part "* ]]; then
+    echo "six_benchmarks: unknown part '$part' in PARTS; use some of: $all_parts" >&2; exit 2
+  fi
+done
+wants() { [[ " ${parts[*]} " == *" $1 "* ]]; }  # part: whether PARTS names it
 source "$here/common.sh"  # import_bank, lemon_jobs (JOBS, THREADS)
 import_bank
 read -r -a benches <<< "${BENCHES:-multiarith svamp gsm8k aqua mmlu humaneval}"
@@ -61,29 +75,38 @@ train_policies() {  # RUNS_DIR: the TRAIN-item banks, SFT, GRPO (+CF); each stag
   STORE="$train_store" N_TRAIN="$n_bank" ARMS=cf TRAIN_SEEDS=0 STAGES=train bash "$here/adaptive_train.sh" "$runs"
 }
 
-for bench in "${benches[@]}"; do
-  evaluate "$bench" vanilla --level large
-  evaluate "$bench" cot --level large  # the 5-vote's first voter: its cut replies show a short limit early
-  evaluate "$bench" sc-cot --level large --agents 5
-  for method in esc asc gate; do evaluate "$bench" "$method" --level large; done
-done
+baselines() {
+  for bench in "${benches[@]}"; do
+    evaluate "$bench" vanilla --level large
+    evaluate "$bench" cot --level large  # the 5-vote's first voter: its cut replies show a short limit early
+    evaluate "$bench" sc-cot --level large --agents 5
+    for method in esc asc gate; do evaluate "$bench" "$method" --level large; done
+  done
+}
+
+if wants baselines; then baselines; fi
 trained="${TRAINED:-auto}" failed=""
 if [ "$trained" = auto ]; then  # a failed training leaves the rest of the table to run, and the exit status to say so
   runs="${POLICY_RUNS:-$home/six-benchmarks-policy}" trained=""
-  train_policies "$runs" || failed="training the policies failed (above)"
+  if wants policies; then train_policies "$runs" || failed="training the policies failed (above)"; fi
   for dir in "$runs/sft/model" "$runs/cf-s0/final"; do if [ -d "$dir" ]; then trained+=" $dir"; fi; done
 elif [ "$trained" = none ]; then
   trained=""
 fi
-for bench in "${benches[@]}"; do
-  evaluate "$bench" template
-  for policy in $trained; do evaluate "$bench" "trained:$policy"; done
-done
-for bench in "${benches[@]}"; do
-  for method in chain tree complete random; do evaluate "$bench" "$method" --level large; done
-done
-# Paired tests against the best fixed baseline of each benchmark (at any level for the orchestrators)
-compare=(--compare "vanilla,best" --compare "template,best")
-for policy in $trained; do compare+=(--compare "trained:$policy,best"); done
-lemon report --store "$store" "${compare[@]}"
+if wants orchestrators; then
+  for bench in "${benches[@]}"; do
+    evaluate "$bench" template
+    for policy in $trained; do evaluate "$bench" "trained:$policy"; done
+  done
+fi
+if wants topologies; then
+  for bench in "${benches[@]}"; do
+    for method in chain tree complete random; do evaluate "$bench" "$method" --level large; done
+  done
+fi
+if wants report; then  # paired tests against the best fixed baseline of each benchmark (any level for orchestrators)
+  compare=(--compare "vanilla,best" --compare "template,best")
+  for policy in $trained; do compare+=(--compare "trained:$policy,best"); done
+  lemon report --store "$store" "${compare[@]}"
+fi
 if [ -n "$failed" ]; then echo "six_benchmarks: $failed; the table has the policies that exist:${trained:- none}" >&2; exit 1; fi

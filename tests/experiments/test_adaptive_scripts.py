@@ -94,6 +94,28 @@ def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, d
     assert "| template | test | 2 | 1 |" in res.stdout  # complete: every item once, whichever process ran it
 
 
+def test_the_tables_parts_run_alone_and_a_bad_part_is_one_line(tmp_path: Path, data_dir: Path) -> None:
+    """PARTS runs some of the table (a second invocation fills an idle core while the first trains): only the
+    named parts' evaluations are logged, and an unknown part stops before anything runs, naming the good ones."""
+    pool = scripted_pool_yaml(tmp_path / "pool.yaml", 0.0)
+    script = ["bash", str(ROOT / "experiments" / "six_benchmarks.sh"), str(tmp_path / "t.sqlite")]
+    env = _env(tmp_path, data_dir, POOL=str(pool), BENCHES="multiarith", LIMIT="1", SEEDS="1")
+    bad = subprocess.run(script, env={**env, "PARTS": "topologies tables"}, capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "six_benchmarks: unknown part 'tables' in PARTS; use some of: "
+        "baselines policies orchestrators topologies report"]
+    assert not (tmp_path / "t.sqlite.runs.log").exists()
+    res = subprocess.run(script, env={**env, "PARTS": "orchestrators topologies", "TRAINED": "auto",
+                                      "POLICY_RUNS": str(tmp_path / "no-policies")},
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    log = (tmp_path / "t.sqlite.runs.log").read_text()
+    logged = [line.split("--method ")[1].split()[0] for line in log.splitlines()]
+    assert logged == ["template", "chain", "tree", "complete", "random"]  # no policy trained, none to evaluate
+    assert "Paired test" not in res.stdout  # the report is a part of its own
+
+
 def _default_sigint() -> None:
     """In the child before exec: SIGINT at its default, as for a script started at a terminal."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
