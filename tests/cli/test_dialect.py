@@ -42,14 +42,15 @@ def _options(cmd: Any) -> list[Any]:
 
 
 def test_every_command_spells_a_shared_option_the_same_way() -> None:
-    canonical = {s.flag: name for name, s in SHARED.items()}
+    canonical = {flag: name for name, s in SHARED.items() for flag in s.flag.split("/")}  # on/off: two flags
     seen: dict[str, set[str]] = {}
     for path, cmd in _commands():
         where = " ".join(("lemon", *path))
         for p in _options(cmd):
             flags = set(p.opts) | set(p.secondary_opts)
             if p.name in SHARED:
-                assert p.opts == [SHARED[p.name].flag], f"{where}: {p.name} spelled {p.opts}"
+                spelled = "/".join(p.opts + p.secondary_opts)
+                assert spelled == SHARED[p.name].flag, f"{where}: {p.name} spelled {spelled}"
                 seen.setdefault(p.name, set()).add(where)
             for flag in flags:
                 assert canonical.get(flag, p.name) == p.name, f"{where}: {flag} means {p.name}, not {canonical[flag]}"
@@ -67,6 +68,7 @@ def test_every_command_spells_a_shared_option_the_same_way() -> None:
     assert {"lemon eval", "lemon train", "lemon sft"} <= seen["limit"]
     assert {"lemon train", "lemon sft"} <= seen["policy_max_tokens"]
     assert {"lemon eval", "lemon train", "lemon sft"} <= seen["threads"]  # issue 25: eval refused --threads
+    assert {"lemon eval", "lemon train", "lemon sft"} <= seen["serve_workers"]  # issue 25: eval had none
     assert {"lemon run", "lemon exec", "lemon eval", "lemon explain", "lemon train", "lemon sft"} <= seen["no_cache"]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,27 @@ def test_training_with_served_workers_never_imports_llama_cpp(tmp_path: Path, wa
     assert row["rollout_tokens"] > 0, "no worker was called: the served path went untested"
     assert (run / "workers" / f"smollm2-135m-{port}.log").stat().st_size > 0
     assert not _answers(f"http://127.0.0.1:{port}/v1")  # stopped with the run
+
+
+def test_evaluating_a_trained_policy_with_served_workers_never_imports_llama_cpp(
+        tmp_path: Path, warm_policy: Path, _isolated_home: Path) -> None:  # noqa: F811
+    """`lemon eval --method trained:DIR`: torch writes the spec, and on a GPU a CUDA llama.cpp in the same
+    process would crash it; with `--serve-workers` the items are answered by the served pool, whose file is
+    `lemon serve`'s (one run whichever way its workers were started)."""
+    port = free_port()
+    store = tmp_path / "r.sqlite"
+    res = _lemon(_isolated_home, "eval", "gsm8k", "--method", f"trained:{warm_policy}", "--pool", "tiny",
+                 "--limit", "1", "--max-tokens", "16", "--no-cache", "--store", str(store), "--serve-workers",
+                 LEMON_WORKER_PORT=str(port))
+    assert res.returncode in (0, 3), res.stdout[-2000:] + res.stderr[-3000:]
+    assert "LLAMA_CPP_IMPORTS=[] LOADED=False" in res.stdout
+    served = _isolated_home / "served" / "tiny"
+    assert (served / f"smollm2-135m-{port}.log").stat().st_size > 0
+    assert f"127.0.0.1:{port}" in (served / "pool.yaml").read_text()
+    with sqlite3.connect(store) as db:
+        (tokens,) = db.execute("SELECT SUM(total_tokens) FROM items").fetchone()
+    assert tokens > 0, "no worker was called: the served path went untested"
+    assert not _answers(f"http://127.0.0.1:{port}/v1")  # stopped with the evaluation
 
 
 def test_the_watcher_sees_an_embedded_pool_import_llama_cpp(tmp_path: Path, _isolated_home: Path) -> None:

@@ -6,7 +6,9 @@ The lead registers them on the main app with `register(app)`. Option parsing onl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,6 +28,7 @@ from lemon.cli.options import (
     ModelOpt,
     NoCacheOpt,
     PoolOpt,
+    ServeWorkersOpt,
     StoreOpt,
     TemperatureOpt,
     apply_threads,
@@ -87,6 +90,7 @@ def eval_cmd(
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
     threads: MaybeThreadsOpt = None,
+    serve_workers: ServeWorkersOpt = None,
 ) -> None:
     """Evaluate METHOD on BENCHMARK; results are stored per item as they finish, and re-running resumes.
 
@@ -103,13 +107,40 @@ def eval_cmd(
     check_worker_options(max_tokens=max_tokens, temperature=temperature)
     apply_threads(threads)
     pool = endpoint_pool(pool, model, base_url, api_key_env)
-    settings = EvalSettings(benchmark=benchmark, method=resolve_method(method), level=_eval_level(method, level, pool),
-                            pool=pool, temperature=temperature, max_tokens=_identity_max_tokens(pool, max_tokens),
-                            n_agents=agents, budget_tokens=budget_tokens, call_timeout_s=timeout, cache=not no_cache)
+    resolved = resolve_method(method)
     plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir, first_seed=seed or 0)
     execution = Execution(concurrency=concurrency, ray_address=ray, shard=_parse_shard(shard),
                           budget_tokens_total=budget_tokens_total, retry_errors=retry_errors)
-    _evaluate_and_report(settings, plan, _eval_store(store, out), execution)
+    with _eval_workers(pool, method, serve_workers) as pool:
+        settings = EvalSettings(benchmark=benchmark, method=resolved, level=_eval_level(method, level, pool),
+                                pool=pool, temperature=temperature, max_tokens=_identity_max_tokens(pool, max_tokens),
+                                n_agents=agents, budget_tokens=budget_tokens, call_timeout_s=timeout,
+                                cache=not no_cache)
+        _evaluate_and_report(settings, plan, _eval_store(store, out), execution)
+
+
+@contextlib.contextmanager
+def _eval_workers(pool: str, method: str, serve: bool | None) -> Iterator[str]:
+    """The pool the evaluation calls: `pool`, or its served copy (`--serve-workers`; by default whenever a
+    trained policy's torch finds a GPU, where a CUDA llama.cpp in the same process crashes it). The served
+    file is `lemon serve`'s (LEMON_HOME/served/POOL/pool.yaml at the same port), so a run started against
+    `lemon serve` resumes under `--serve-workers` and back: a run is named by its pool file's content."""
+    from lemon.llm.pools import read_pool_config
+    from lemon.llm.serve import workers_for
+    from lemon.paths import lemon_home
+
+    if serve is None:
+        serve = method.startswith("trained:") and _torch_sees_a_gpu()
+    folder = lemon_home() / "served" / Path(read_pool_config(pool).name).name
+    with workers_for(pool, serve, folder) as served:
+        yield served
+
+
+def _torch_sees_a_gpu() -> bool:
+    """Asked only for a trained policy, which imports torch anyway."""
+    import torch
+
+    return bool(torch.cuda.is_available())
 
 
 def _evaluate_and_report(settings: Any, plan: Any, store: Path | None, execution: Any) -> None:

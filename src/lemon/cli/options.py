@@ -63,6 +63,11 @@ SHARED: dict[str, Shared] = {
                                "serves (with --base-url); every level of the pool is that model."),
     "base_url": Shared("--base-url", "The endpoint of --model, e.g. http://127.0.0.1:8080/v1."),
     "api_key_env": Shared("--api-key-env", "Environment variable holding the API key of --base-url."),
+    "serve_workers": Shared("--serve-workers/--embedded-workers",
+                            "Run the pool's embedded worker models in their own server processes (llama_cpp.server, "
+                            "or the llama-server that LEMON_LLAMA_SERVER names; ports from LEMON_WORKER_PORT, default "
+                            "8700), or in this process. Default: served whenever torch uses a GPU in this process "
+                            "(a CUDA llama.cpp cannot share it)."),
 }
 
 _RUNNERS = frozenset({"run", "exec", "eval"})
@@ -85,6 +90,7 @@ TAKES: dict[str, frozenset[str]] = {
     "model": _RUNNERS,
     "base_url": _RUNNERS,
     "api_key_env": _RUNNERS,
+    "serve_workers": frozenset({"eval", "train", "sft"}),
 }
 
 # Old spelling -> the one spelling (accepted, hidden from help, with a one-line notice).
@@ -116,6 +122,7 @@ NoCacheOpt = Annotated[bool, opt("no_cache")]
 DataDirOpt = Annotated[Path | None, opt("data_dir")]
 ThreadsOpt = Annotated[int, opt("threads")]
 MaybeThreadsOpt = Annotated[int | None, opt("threads")]
+ServeWorkersOpt = Annotated[bool | None, opt("serve_workers")]
 SeedOpt = Annotated[int, opt("seed")]
 MaxTokensOpt = Annotated[int, opt("max_tokens")]
 # `eval` knows its benchmark, and a benchmark may need longer replies (AQuA): None there means "its own".

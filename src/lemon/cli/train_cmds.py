@@ -18,15 +18,8 @@ from typing import Annotated, Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from lemon.cli.options import DEFAULT_POOL, DataDirOpt, NoCacheOpt, ThreadsOpt, consoles, opt
+from lemon.cli.options import DEFAULT_POOL, DataDirOpt, NoCacheOpt, ServeWorkersOpt, ThreadsOpt, consoles, opt
 from lemon.errors import LemonError
-
-# Worker models in their own server processes (lemon.llm.serve), or loaded in this one.
-ServeWorkersOpt = Annotated[bool | None, typer.Option(
-    "--serve-workers/--embedded-workers", help="Run the pool's embedded worker models in their own server "
-    "processes (llama_cpp.server; ports from LEMON_WORKER_PORT, default 8700), or in this process. Default: "
-    "served whenever torch uses a GPU (a CUDA llama.cpp cannot share its process).")]
-
 
 TEACHER_HELP = ("prompted: the prompted orchestrator at --teacher-level writes each target; library: one fixed "
                 "team per task, drawn uniformly from the default team and the baselines at every level (no model "
