@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -98,25 +99,40 @@ def eval_cmd(
     first 8 items all fail); 3 some items ended in error (counted in the summary; re-run with --retry-errors);
     4 --budget-tokens-total ran out before every item was computed.
     """
-    from lemon.cli.session import endpoint_pool
-    from lemon.evaluation.evaluate import EvalPlan, Execution
+    from lemon.evaluation.evaluate import EvalPlan
     from lemon.evaluation.item import EvalSettings
     from lemon.evaluation.methods import resolve_method
+
+    pool, max_tokens = _workers(benchmark, pool, (model, base_url, api_key_env), max_tokens, temperature, threads)
+    at_pool = functools.partial(EvalSettings, benchmark=benchmark, method=resolve_method(method),
+                                temperature=temperature, n_agents=agents, budget_tokens=budget_tokens,
+                                call_timeout_s=timeout, cache=not no_cache)
+    plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir, first_seed=seed or 0)
+    execution = _execution(concurrency=concurrency, ray_address=ray, shard=_parse_shard(shard),
+                           budget_tokens_total=budget_tokens_total, retry_errors=retry_errors)
+    with _eval_workers(pool, method, serve_workers) as pool:
+        settings = at_pool(pool=pool, level=_eval_level(method, level, pool),
+                           max_tokens=_identity_max_tokens(pool, max_tokens))
+        _evaluate_and_report(settings, plan, _eval_store(store, out), execution)
+
+
+def _workers(benchmark: str, pool: str, endpoint: tuple[str | None, str | None, str | None], max_tokens: int | None,
+             temperature: float, threads: int | None) -> tuple[str, int]:
+    """What the worker flags say: the pool (`--pool`, or the one `--model`/`--base-url`/`--api-key-env` name)
+    and the reply limit (`--max-tokens`, else the benchmark's own), checked; `--threads` applied."""
+    from lemon.cli.session import endpoint_pool
 
     max_tokens = _worker_max_tokens(benchmark, max_tokens)
     check_worker_options(max_tokens=max_tokens, temperature=temperature)
     apply_threads(threads)
-    pool = endpoint_pool(pool, model, base_url, api_key_env)
-    resolved = resolve_method(method)
-    plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir, first_seed=seed or 0)
-    execution = Execution(concurrency=concurrency, ray_address=ray, shard=_parse_shard(shard),
-                          budget_tokens_total=budget_tokens_total, retry_errors=retry_errors)
-    with _eval_workers(pool, method, serve_workers) as pool:
-        settings = EvalSettings(benchmark=benchmark, method=resolved, level=_eval_level(method, level, pool),
-                                pool=pool, temperature=temperature, max_tokens=_identity_max_tokens(pool, max_tokens),
-                                n_agents=agents, budget_tokens=budget_tokens, call_timeout_s=timeout,
-                                cache=not no_cache)
-        _evaluate_and_report(settings, plan, _eval_store(store, out), execution)
+    return endpoint_pool(pool, *endpoint), max_tokens
+
+
+def _execution(**how: Any) -> Any:
+    """`evaluate.Execution(**how)`, imported when a command runs (the CLI starts without the evaluation stack)."""
+    from lemon.evaluation.evaluate import Execution
+
+    return Execution(**how)
 
 
 @contextlib.contextmanager
