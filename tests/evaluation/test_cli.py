@@ -238,3 +238,34 @@ def test_aqua_workers_get_the_benchmarks_reply_length_and_an_explicit_limit_find
                                 capture_output=True, text=True, timeout=300)
     assert multiarith.returncode == 0, multiarith.stderr[-2000:]
     assert _max_tokens_of_runs(store) == [1024, 384, None]
+
+
+@pytest.mark.parametrize(("method", "flag", "gpu", "served"), [
+    ("trained:/some/policy", None, True, True),  # torch on a GPU beside a CUDA llama.cpp: served by default
+    ("trained:/some/policy", None, False, False),  # on the CPU the embedded backend stays (measured faster)
+    ("cot", None, True, False),  # no torch in the process: nothing to keep apart
+    ("trained:/some/policy", False, True, False),  # --embedded-workers refuses it
+    ("cot", True, False, True),  # --serve-workers forces it
+])
+def test_eval_serves_its_workers_by_default_only_beside_torch_on_a_gpu(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, method: str, flag: bool | None, gpu: bool,
+        served: bool) -> None:
+    """`lemon eval`'s `--serve-workers/--embedded-workers` default, with a test double for `workers_for` (the real
+    servers: tests/train/test_served_workers.py) and for whether torch sees a GPU."""
+    import contextlib
+
+    from lemon.cli import bench_cmds
+
+    asked: list[tuple[str, bool, Path]] = []
+
+    @contextlib.contextmanager
+    def recording_workers_for(pool: str, serve: bool, work_dir: Path):  # type: ignore[no-untyped-def]
+        asked.append((pool, serve, work_dir))
+        yield pool
+
+    monkeypatch.setenv("LEMON_HOME", str(tmp_path))
+    monkeypatch.setattr("lemon.llm.serve.workers_for", recording_workers_for)
+    monkeypatch.setattr(bench_cmds, "_torch_sees_a_gpu", lambda: gpu)
+    with bench_cmds._eval_workers("tiny", method, flag) as pool:
+        assert pool == "tiny"
+    assert asked == [("tiny", served, tmp_path / "served" / "tiny")]  # lemon serve's folder: one served file
