@@ -246,6 +246,7 @@ def test_aqua_workers_get_the_benchmarks_reply_length_and_an_explicit_limit_find
     ("cot", None, True, False),  # no torch in the process: nothing to keep apart
     ("trained:/some/policy", False, True, False),  # --embedded-workers refuses it
     ("cot", True, False, True),  # --serve-workers forces it
+    ("trained:/some/policy.gguf", None, True, False),  # a .gguf policy runs in llama.cpp: no torch
 ])
 def test_eval_serves_its_workers_by_default_only_beside_torch_on_a_gpu(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, method: str, flag: bool | None, gpu: bool,
@@ -255,6 +256,7 @@ def test_eval_serves_its_workers_by_default_only_beside_torch_on_a_gpu(
     import contextlib
 
     from lemon.cli import bench_cmds
+    from lemon.evaluation.methods import resolve_method
 
     asked: list[tuple[str, bool, Path]] = []
 
@@ -266,6 +268,6 @@ def test_eval_serves_its_workers_by_default_only_beside_torch_on_a_gpu(
     monkeypatch.setenv("LEMON_HOME", str(tmp_path))
     monkeypatch.setattr("lemon.llm.serve.workers_for", recording_workers_for)
     monkeypatch.setattr(bench_cmds, "_torch_sees_a_gpu", lambda: gpu)
-    with bench_cmds._eval_workers("tiny", method, flag) as pool:
+    with bench_cmds._eval_workers("tiny", resolve_method(method), flag) as pool:
         assert pool == "tiny"
     assert asked == [("tiny", served, tmp_path / "served" / "tiny")]  # lemon serve's folder: one served file

@@ -104,13 +104,14 @@ def eval_cmd(
     from lemon.evaluation.methods import resolve_method
 
     pool, max_tokens = _workers(benchmark, pool, (model, base_url, api_key_env), max_tokens, temperature, threads)
-    at_pool = functools.partial(EvalSettings, benchmark=benchmark, method=resolve_method(method),
+    resolved = resolve_method(method)
+    at_pool = functools.partial(EvalSettings, benchmark=benchmark, method=resolved,
                                 temperature=temperature, n_agents=agents, budget_tokens=budget_tokens,
                                 call_timeout_s=timeout, cache=not no_cache)
     plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir, first_seed=seed or 0)
     execution = _execution(concurrency=concurrency, ray_address=ray, shard=_parse_shard(shard),
                            budget_tokens_total=budget_tokens_total, retry_errors=retry_errors)
-    with _eval_workers(pool, method, serve_workers) as pool:
+    with _eval_workers(pool, resolved, serve_workers) as pool:
         settings = at_pool(pool=pool, level=_eval_level(method, level, pool),
                            max_tokens=_identity_max_tokens(pool, max_tokens))
         _evaluate_and_report(settings, plan, _eval_store(store, out), execution)
@@ -136,17 +137,18 @@ def _execution(**how: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _eval_workers(pool: str, method: str, serve: bool | None) -> Iterator[str]:
+def _eval_workers(pool: str, method: Any, serve: bool | None) -> Iterator[str]:
     """The pool the evaluation calls: `pool`, or its served copy (`--serve-workers`; by default whenever a
     trained policy's torch finds a GPU, where a CUDA llama.cpp in the same process crashes it). The served
     file is `lemon serve`'s (LEMON_HOME/served/POOL/pool.yaml at the same port), so a run started against
     `lemon serve` resumes under `--serve-workers` and back: a run is named by its pool file's content."""
+    from lemon.evaluation.methods import loads_torch
     from lemon.llm.pools import read_pool_config
     from lemon.llm.serve import workers_for
     from lemon.paths import lemon_home
 
     if serve is None:
-        serve = method.startswith("trained:") and _torch_sees_a_gpu()
+        serve = loads_torch(method) and _torch_sees_a_gpu()
     folder = lemon_home() / "served" / Path(read_pool_config(pool).name).name
     with workers_for(pool, serve, folder) as served:
         yield served

@@ -224,6 +224,13 @@ class Trained:
         return _orchestrated(self.name, env)  # says if the path is missing
 
 
+def loads_torch(method: Method) -> bool:
+    """Whether evaluating `method` loads torch into the process: a trained policy in a model directory (a
+    `.gguf` one runs in llama.cpp). On a GPU torch beside a CUDA llama.cpp crashes the process, so `lemon eval`
+    serves the workers out of process then."""
+    return isinstance(method, Trained) and not method.path.endswith(".gguf")
+
+
 # ---- the table ----------------------------------------------------------------------------------------
 
 
