@@ -35,7 +35,7 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(bank singles anchors)
 mkdir -p "$home"
 log="$store.runs.log"
-source "$(dirname "$0")/common.sh"  # import_bank, lemon_jobs (JOBS, THREADS)
+source "$(dirname "$0")/common.sh"  # import_bank, logged_eval (JOBS, THREADS)
 import_bank
 
 evaluate() {  # benchmark method [extra eval args]: one resumable evaluation, recorded in the log first
@@ -43,8 +43,7 @@ evaluate() {  # benchmark method [extra eval args]: one resumable evaluation, re
   shift 2
   local args=(eval "$bench" --method "$method" --split "${SPLIT:-test}" --limit "${N_ITEMS:-$limit}" --pool "$pool"
               --level large --store "$store" "$@")
-  echo "$(date -u +%FT%TZ) commit=$(git rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs threads=${THREADS:-all}" >> "$log"
-  lemon_jobs "${args[@]}"
+  logged_eval "$log" "${args[@]}"
 }
 
 bank_train() {  # METHOD: its 5 voters on the TRAIN items of the mixture, one seed, in steps of 10 items up to

@@ -31,7 +31,7 @@ pool="${POOL:-cpu}"
 stages="${STAGES:-sft train eval report}"
 mix="gsm8k,svamp,multiarith"
 mkdir -p "$runs"
-source "$(dirname "$0")/common.sh"  # import_bank, lemon_jobs (JOBS, THREADS)
+source "$(dirname "$0")/common.sh"  # import_bank, logged_eval (JOBS, THREADS)
 import_bank
 git -C "$here" rev-parse HEAD > "$runs/commit.txt" 2>/dev/null || true
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -60,9 +60,8 @@ if has eval; then
     for name in sft "${arms[@]}"; do
       dir="$runs/$name/final"; [ "$name" = sft ] && dir="$runs/sft/model"
       [ -d "$dir" ] || continue
-      echo "$(date -u +%FT%TZ) commit=$(git -C "$here" rev-parse --short HEAD) eval $bench trained:$dir" >> "$store.runs.log"
-      lemon eval "$bench" --method "trained:$dir" --split test --limit "${LIMIT:-60}" --seeds "${SEEDS:-2}" \
-        --pool "$pool" --store "$store"
+      logged_eval "$store.runs.log" eval "$bench" --method "trained:$dir" --split test --limit "${LIMIT:-60}" \
+        --seeds "${SEEDS:-2}" --pool "$pool" --store "$store"
     done
   done
 fi

@@ -13,13 +13,12 @@ here="$(cd "$(dirname "$0")" && pwd)"
 store="${1:-${LEMON_HOME:-$HOME/.cache/lemon}/choice-team.sqlite}"
 limit="${LIMIT:-20}"
 STORE="$store" BENCHES="aqua mmlu" SPLIT=dev LIMIT="$limit" SEEDS=1 bash "$here/adaptive_cpu.sh" bank singles anchors
-source "$here/common.sh"  # lemon_jobs (JOBS, THREADS)
+source "$here/common.sh"  # logged_eval (JOBS, THREADS)
 for bench in aqua mmlu; do
   for method in "esc --agents 3 --level large" "template"; do
     read -r -a extra <<< "$method"
     args=(eval "$bench" --split dev --method "${extra[@]}" --limit "$limit" --seeds 1 --pool "${POOL:-cpu}" --store "$store")
-    echo "$(date -u +%FT%TZ) commit=$(git -C "$here" rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs threads=${THREADS:-all}" >> "$store.runs.log"
-    lemon_jobs "${args[@]}"
+    logged_eval "$store.runs.log" "${args[@]}"
   done
 done
 exit 0

@@ -1,4 +1,5 @@
-# Sourced by the experiment scripts (adaptive_cpu.sh, adaptive_train.sh, six_benchmarks.sh): what they share.
+# Sourced by the experiment scripts (adaptive_cpu.sh, adaptive_train.sh, choice_team.sh, six_benchmarks.sh): what
+# they share.
 
 # The committed sample bank (`lemon cache export`, experiments/bank/README.md) seeds the LLM cache, so a new
 # machine replays what earlier ones drew instead of drawing it again (the import adds only missing keys).
@@ -25,4 +26,14 @@ lemon_jobs() {  # one `lemon eval`, as JOBS processes on the same run; fails if 
   for i in "${pids[@]}"; do wait "$i" || status=$?; done
   trap - INT TERM
   return "$status"
+}
+
+# What ran is recorded beside the results: each evaluation's command line, commit and processes go to the store's
+# runs log (LOG) before it starts, so a cell can be traced to the code that drew it.
+logged_eval() {  # LOG lemon-args...: one resumable `lemon eval` (as lemon_jobs), its line appended to LOG first
+  local log="$1" commit
+  shift
+  commit="$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "$(date -u +%FT%TZ) commit=$commit lemon $* jobs=$jobs threads=${THREADS:-all}" >> "$log"
+  lemon_jobs "$@"
 }

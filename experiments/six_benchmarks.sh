@@ -51,7 +51,7 @@ for part in "${parts[@]}"; do
   fi
 done
 wants() { [[ " ${parts[*]} " == *" $1 "* ]]; }  # part: whether PARTS names it
-source "$here/common.sh"  # import_bank, lemon_jobs (JOBS, THREADS)
+source "$here/common.sh"  # import_bank, logged_eval (JOBS, THREADS)
 import_bank
 read -r -a benches <<< "${BENCHES:-multiarith svamp gsm8k aqua mmlu humaneval}"
 
@@ -64,8 +64,7 @@ evaluate() {  # benchmark method [extra args]: one resumable evaluation, recorde
   if [ "$limit" != all ]; then args+=(--limit "$limit"); fi
   if [ -n "${!tokens:-}" ]; then args+=(--max-tokens "${!tokens}"); fi
   args+=("$@")
-  echo "$(date -u +%FT%TZ) commit=$(git -C "$here" rev-parse --short HEAD) lemon ${args[*]} jobs=$jobs threads=${THREADS:-all}" >> "$log"
-  lemon_jobs "${args[@]}"
+  logged_eval "$log" "${args[@]}"
 }
 
 train_policies() {  # RUNS_DIR: the TRAIN-item banks, SFT, GRPO (+CF); each stage resumes or is skipped when done

@@ -4,6 +4,7 @@ the sample bank, the anchors answered from it, the stop-rule table replayed offl
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -89,6 +90,7 @@ def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, d
     assert positions == sorted(positions)  # the orchestrators before the costly multi-agent baselines
     assert "--split train" not in log  # the training banks stay out of the table's store
     assert log.count("--max-tokens 48") == len(log.splitlines())
+    assert all(re.match(r"\S+Z commit=[0-9a-f]{7,} lemon eval .* jobs=2 threads=1$", line) for line in log.splitlines())
     assert "multiarith" in res.stdout and "template" in res.stdout
     assert "### Paired test: template vs " in res.stdout  # the orchestrator against the best fixed baseline
     assert "| template | test | 2 | 1 |" in res.stdout  # complete: every item once, whichever process ran it
@@ -114,6 +116,21 @@ def test_the_tables_parts_run_alone_and_a_bad_part_is_one_line(tmp_path: Path, d
     logged = [line.split("--method ")[1].split()[0] for line in log.splitlines()]
     assert logged == ["template", "chain", "tree", "complete", "random"]  # no policy trained, none to evaluate
     assert "Paired test" not in res.stdout  # the report is a part of its own
+
+
+def test_the_choice_team_study_runs_its_stages_on_dev_items(tmp_path: Path, data_dir: Path) -> None:
+    """experiments/choice_team.sh, on the scripted pool at one item: the 5-voter bank, the anchors, agree 2 of 3
+    and the template, each on AQuA's and MMLU's `dev` items (never the table's), each logged before it runs."""
+    pool = scripted_pool_yaml(tmp_path / "pool.yaml", 0.0)
+    env = _env(tmp_path, data_dir, POOL=str(pool), LIMIT="1")
+    res = subprocess.run(["bash", str(ROOT / "experiments" / "choice_team.sh"), str(tmp_path / "c.sqlite")],
+                         env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = (tmp_path / "c.sqlite.runs.log").read_text().splitlines()
+    assert lines and all("--split dev" in line and "--limit 1 " in line for line in lines)
+    for bench in ("aqua", "mmlu"):
+        logged = [line.split("--method ")[1].split()[0] for line in lines if f"lemon eval {bench} " in line]
+        assert logged[0] == "sc-cot" and logged[-2:] == ["esc", "template"], logged
 
 
 def _default_sigint() -> None:
