@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from lemon.errors import run_script
 from lemon.evaluation.baselines import baseline_spec
 from lemon.llm.pools import load_pool
 from lemon.runtime import Executor
@@ -72,4 +73,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -31,6 +31,7 @@ import logging
 import statistics
 import time
 
+from lemon.errors import run_script
 from lemon.train.simulate import CALIBRATED_SUCCESS, best_success, expected_success, simulated_trainer
 
 log = logging.getLogger("bench_learning")
@@ -95,4 +96,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_script(lambda: asyncio.run(main()))

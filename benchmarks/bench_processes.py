@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+from lemon.errors import run_script
 from lemon.llm.base import ChatRequest, GenParams, Message
 from lemon.llm.embedded import EmbeddedBackend
 
@@ -77,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -19,6 +19,7 @@ import statistics
 import time
 from pathlib import Path
 
+from lemon.errors import run_script
 from lemon.evaluation.store import ResultsStore
 from lemon.paths import lemon_home
 from lemon.runtime.programs import program_code, run_reply
@@ -62,4 +63,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -16,6 +16,7 @@ import asyncio
 import statistics
 import time
 
+from lemon.errors import run_script
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Level, Pool
 from lemon.llm.scripted import ScriptedBackend
@@ -111,4 +112,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_script(lambda: asyncio.run(main()))

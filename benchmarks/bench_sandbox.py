@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from lemon.benchmarks.humaneval import run_humaneval
 from lemon.benchmarks.registry import load_split
+from lemon.errors import run_script
 
 
 def main() -> None:
@@ -39,4 +40,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -44,6 +44,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from lemon.errors import run_script
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Level, Pool
 from lemon.llm.scripted import ScriptedBackend
@@ -356,4 +357,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from lemon.errors import run_script
 from lemon.llm.base import ChatRequest, GenParams, Message
 from lemon.llm.embedded import EmbeddedBackend
 from lemon.llm.pools import load_pool
@@ -150,4 +151,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
+from lemon.errors import run_script
 from lemon.evaluation.bank import BANK_VOTERS, bank_keys, vote_team
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.store import ResultsStore
@@ -260,4 +261,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

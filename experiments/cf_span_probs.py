@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from lemon.errors import run_script
 from lemon.llm.pools import pool_level_names
 from lemon.orchestrator.policy_prompt import policy_messages
 from lemon.spec.render import Span
@@ -77,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -19,6 +19,7 @@ import asyncio
 import statistics
 
 from lemon.benchmarks.registry import get_benchmark, load_split
+from lemon.errors import run_script
 from lemon.evaluation.bank import BANK_VOTERS, vote_team
 from lemon.evaluation.item import item_seed
 from lemon.llm.pools import load_pool
@@ -75,4 +76,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -12,6 +12,7 @@ import argparse
 import json
 from pathlib import Path
 
+from lemon.errors import run_script
 from lemon.spec.parse import parse_spec
 from lemon.spec.roles import RoleLibrary
 
@@ -52,4 +53,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
+from lemon.errors import run_script
 from lemon.evaluation.bank import bank_keys, vote_team
 from lemon.evaluation.baselines import GATE_LOGPROB, voter_team
 from lemon.evaluation.item import item_seed
@@ -255,4 +256,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

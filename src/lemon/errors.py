@@ -5,6 +5,11 @@ Every error a person can cause (bad spec, missing model, unreachable endpoint, e
 anything else is a bug and keeps its traceback.
 """
 
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
 
 class LemonError(Exception):
     """An error caused by input or environment, with a one-line actionable message."""
@@ -35,3 +40,15 @@ class DataError(LemonError):
 class StorageError(LemonError):
     """A file or folder LEMON writes (results store, LLM cache, traces, LEMON_HOME) that cannot be created,
     belongs to another program, or is damaged; the message names the file and how to move it aside."""
+
+
+def run_script(main: Callable[[], object]) -> None:
+    """Run the `main` of a script in experiments/ or benchmarks/ as the CLI runs a command: a LemonError (a
+    missing data folder, a store without the run) ends it with its one line on stderr and exit code 2 instead of a
+    traceback; an int that `main` returns is the exit status."""
+    try:
+        status = main()
+    except LemonError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(exc.exit_code) from None
+    raise SystemExit(status if isinstance(status, int) else 0)

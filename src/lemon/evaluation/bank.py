@@ -10,6 +10,7 @@ answered from the cache (`runtime.executor.sample_slot`). Program voters are ban
 
 from __future__ import annotations
 
+from lemon.errors import StorageError
 from lemon.evaluation.baselines import MAX_ORDER, baseline_spec
 from lemon.evaluation.item import WORKER_SEEDS
 from lemon.evaluation.store import ResultsStore, RunInfo
@@ -38,7 +39,7 @@ def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None
               split: str = "test") -> tuple[set[tuple[str, int]], dict[str, object]]:
     """The (item, seed) pairs of `benchmark`'s `split` that the bank holds (its 5-voter sc-cot runs at
     `level`, sampled as the bank samples: a new run identity for the same bank still hits the same cache),
-    seeds below `seeds` only; and the config of one such run. SystemExit if there is none."""
+    seeds below `seeds` only; and the config of one such run. StorageError if there is none."""
     keys: set[tuple[str, int]] = set()
     config: dict[str, object] | None = None
     for run in store.runs():
@@ -47,6 +48,6 @@ def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None
             keys |= {k for k in store.done_keys(run.run_id) if seeds is None or k[1] < seeds}
             config = run.config
     if config is None:
-        raise SystemExit(f"no {BANK_VOTERS}-voter sc-cot run of {benchmark} {split} at {level} in the store: "
+        raise StorageError(f"no {BANK_VOTERS}-voter sc-cot run of {benchmark} {split} at {level} in the store: "
                          "run experiments/adaptive_cpu.sh bank (or train-bank) first")
     return keys, config
