@@ -423,13 +423,33 @@ def test_a_gradient_below_the_floor_takes_no_optimiser_step(logit: float, steps:
     assert (stats["grad_norm"] >= TrainConfig().optim.min_grad_norm) is steps
 
 
+@pytest.mark.parametrize(("logit", "steps"), [(0.01, False), (0.0, True)])
+def test_the_signal_floor_holds_whatever_lies_behind_the_logits(logit: float, steps: bool) -> None:
+    """The six-benchmark table's GRPO (2026-11-27): on a full fine-tune, batches with no signal had gradient
+    norms of 1.9e-3 and 8.4e-3, above the floor measured on LoRA, and their Adam steps broke the policy's YAML.
+    Here the same logits come from weights scaled 1000x (a stand-in for another parameterisation): a certain
+    span's gradient norm is far above `min_grad_norm`, yet its push on the logits is ~0, so it takes no step;
+    a span with room still steps."""
+    policy = SlotPolicy.create()
+    model = policy.model
+    model.slot_logits = lambda: 1000.0 * model.theta + model.mask  # type: ignore[method-assign]
+    batch = _certain_span_batch(policy, logit)  # logit 0.01 -> 10 in logit space, as the test above
+    before = model.theta.detach().clone()
+    stats = policy_update(model, batch, torch.optim.Adam(model.parameters(), lr=0.1), _cfg(kl_beta=0.0), 0)
+    optim = TrainConfig().optim
+    assert stats["grad_norm"] > optim.min_grad_norm  # the gradient-norm floor alone would step (4.9e-3)
+    assert (stats["signal"] >= optim.min_signal) is steps
+    assert (stats["updated"] == 1.0) is steps and (not torch.equal(model.theta.detach(), before)) is steps
+
+
 def test_without_the_floor_adam_moves_a_full_step_on_a_vanishing_gradient() -> None:
-    """Why the floor exists: the same certain-span batch, floor off, moves a weight by ~lr (Adam's first step
+    """Why the floors exist: the same certain-span batch, both floors off, moves a weight by ~lr (Adam's first step
     is lr * sign(g) while |g| >> eps) though its gradient is ~1e-4."""
     policy = SlotPolicy.create()
     batch = _certain_span_batch(policy, 10.0)
     before = policy.model.theta.detach().clone()
-    cfg = TrainConfig.model_validate({"credit": {"kl_beta": 0.0}, "optim": {"lr": 0.1, "min_grad_norm": 0.0}})
+    cfg = TrainConfig.model_validate({"credit": {"kl_beta": 0.0},
+                                      "optim": {"lr": 0.1, "min_grad_norm": 0.0, "min_signal": 0.0}})
     stats = policy_update(policy.model, batch, torch.optim.Adam(policy.model.parameters(), lr=0.1), cfg, 0)
     assert stats["updated"] == 1.0 and stats["grad_norm"] < 1e-3
     assert float((policy.model.theta.detach() - before).abs().max()) == pytest.approx(0.1, rel=0.01)

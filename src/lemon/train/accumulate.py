@@ -19,7 +19,9 @@ from lemon.train.credit import (
     counterfactual_loss,
     k3_kl,
     pairwise_field_loss,
+    pairwise_room,
     policy_gradient_loss,
+    reward_room,
 )
 from lemon.train.distributed import Distributed
 from lemon.train.generation import score_completions
@@ -51,7 +53,8 @@ def accumulate(model: torch.nn.Module, batch: StepBatch, cfg: TrainConfig, pad_i
 
     Per micro-batch of b rows: log-probs `lp` [b, T] (or [b, T, 2] with the pairwise alternatives), group
     advantages broadcast to [b, T], counterfactual advantages `cf` [b, T], `mask` [b, T]; gradients accumulate
-    into `model`, nothing is returned (`stats`, when given, gets the first epoch's loss parts).
+    into `model`, nothing is returned (`stats`, when given, gets the first epoch's loss parts and `signal`, the
+    reward terms' push on the logits per token: `credit.reward_room`).
 
     `n_tokens` counts the completion tokens of every process; the gradient all-reduce runs on the last
     micro-batch only. Epochs after the first score PPO's clipped ratio against the first epoch's log-probs.
@@ -90,6 +93,10 @@ def accumulate(model: torch.nn.Module, batch: StepBatch, cfg: TrainConfig, pad_i
             on_span = (cf != 0) & mask.bool()
             stats["cf_span_tokens"] += float(on_span.sum())
             stats["cf_span_p"] += float(torch.exp(lp.detach())[on_span].sum())  # a sum here, a mean at the end
+            pushed = float(reward_room(lp.detach(), adv + cf, mask))
+            if lp_pair is not None:
+                pushed += pairwise_room(lp_pair.detach(), pairs)
+            stats["signal"] += pushed / n_tokens
             stats["loss_pg"] += float(pg.detach())
             stats["loss_cf"] += float(cfl.detach())
             stats["entropy"] += float(-(lp.detach() * mask).sum()) / n_tokens

@@ -146,6 +146,10 @@ class OptimConfig(_Strict):
     # already writes with p ~ 1: 5e-5 on SmolLM2 + LoRA) still moved the weights a full step each time, and
     # an arm with more such batches took more optimiser steps than its comparison (issue 24's r8 runs).
     min_grad_norm: float = Field(default=1e-3, ge=0.0)
+    # Nor does a batch whose reward terms cannot move the logits: sum over completion tokens of |w| (1 - p),
+    # w the group advantage plus counterfactual weight (pairwise: |w Δ| sigmoid(-margin)), per token, below
+    # this (credit.reward_room). Unlike the gradient norm it does not depend on the parameters behind the logits.
+    min_signal: float = Field(default=1e-4, ge=0.0)
     micro_batch: int = Field(default=4, ge=1)
     # Optimiser steps on each batch; > 1 scores later epochs against the sampling policy's log-probs with
     # PPO's clipped ratio (credit.clip_eps). 1 = plain GRPO, the ratio is 1 and clipping inactive.

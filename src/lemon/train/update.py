@@ -76,29 +76,31 @@ def policy_update(model: torch.nn.Module, batch: StepBatch, optimizer: torch.opt
     The forward runs without dropout (LoRA dropout included): the completions were sampled without it, and
     the loss must score the distribution that sampled them. A batch without signal (every advantage and Δ
     zero, on every process) takes no step at all, even with a KL term: Adam's momentum would otherwise keep
-    moving the policy on batches that say nothing (review item 7). Nor does a batch whose gradient is below
-    `optim.min_grad_norm`: signal the policy cannot act on. Loss, KL and entropy are those of the first epoch
-    (the sampling policy), summed over processes.
+    moving the policy on batches that say nothing (review item 7). Nor does a batch whose reward terms push
+    the logits less than `optim.min_signal` (Δs on spans written with p ~ 1: signal the policy cannot act on;
+    the KL term is not a reason to step), or whose gradient is below `optim.min_grad_norm`. Loss, KL and
+    entropy are those of the first epoch (the sampling policy), summed over processes.
     """
     dist = dist or Distributed()
     stats = {"loss_pg": 0.0, "loss_cf": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "updated": 0.0,
-             "weight_change": 0.0, "cf_span_p": 0.0, "cf_span_tokens": 0.0}
+             "weight_change": 0.0, "cf_span_p": 0.0, "cf_span_tokens": 0.0, "signal": 0.0}
     signal, n_tokens = dist.all_sum([float(batch.has_signal()), float(sum(len(c) for c in batch.completions))])
     if signal == 0 or n_tokens == 0:
         del stats["cf_span_p"]
         return stats
     params = trainable(model)
     before = [w.clone() for w in watched_weights(params)]
-    memo = Memo()
+    memo, stepped = Memo(), False
     with scoring_mode(model, cfg.optim.gradient_checkpointing):
         for epoch in range(cfg.optim.epochs):
             optimizer.zero_grad(set_to_none=True)
             accumulate(model, batch, cfg, pad_id, reference if cfg.credit.kl_beta > 0 else None,
                         stats if epoch == 0 else None, n_tokens, dist, memo, first=epoch == 0)
             norm = dist.clip_grad_norm(params, cfg.optim.max_grad_norm)
-            if epoch == 0:
-                stats["grad_norm"] = norm
-                if norm < cfg.optim.min_grad_norm:  # the same total on every process: all skip together
+            if epoch == 0:  # norm and signal are totals over every process: all skip together
+                stats["grad_norm"], stats["signal"] = norm, dist.all_sum([stats["signal"]])[0]
+                stepped = norm >= cfg.optim.min_grad_norm and stats["signal"] >= cfg.optim.min_signal
+                if not stepped:
                     break
             optimizer.step()
     optimizer.zero_grad(set_to_none=True)
@@ -112,5 +114,5 @@ def policy_update(model: torch.nn.Module, batch: StepBatch, optimizer: torch.opt
     else:  # no span credit this step: no probability to report (a 0 would read as "credit had all the room")
         del stats["cf_span_p"]
     stats["weight_change"] = _relative_change(before, watched_weights(params), dist)
-    stats["updated"] = float(stats["grad_norm"] >= cfg.optim.min_grad_norm)
+    stats["updated"] = float(stepped)
     return stats
