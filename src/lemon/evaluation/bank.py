@@ -49,5 +49,5 @@ def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None
             config = run.config
     if config is None:
         raise StorageError(f"no {BANK_VOTERS}-voter sc-cot run of {benchmark} {split} at {level} in the store: "
-                         "run experiments/adaptive_cpu.sh bank (or train-bank) first")
+                           "run experiments/adaptive_cpu.sh bank (or train-bank) first")
     return keys, config
