@@ -40,3 +40,25 @@ def test_runs_lists_the_level_as_chosen_by_the_method(tmp_path: Path, _isolated_
     proc = lemon("runs", "--store", str(tmp_path / "r.sqlite"), "--method", "template", home=_isolated_home)
     assert proc.returncode == 0, proc.stderr
     assert " ".join(proc.stdout.split()).count("medium") == 0 and "chosen" in proc.stdout
+
+
+def test_report_names_a_trained_policy_under_lemon_home_by_its_place_there(tmp_path: Path,
+                                                                          _isolated_home: Path) -> None:
+    """The six-benchmark table's policy rows read `trained:/root/.cache/lemon/…` cut to one column: a policy
+    under LEMON_HOME is shown relative to it (its stored method, and so its run id, are unchanged); one
+    elsewhere keeps its full path, so two policies never share a row."""
+    inside, outside = _isolated_home / "policies" / "sft" / "model", tmp_path / "elsewhere" / "sft" / "model"
+    items = [str(i) for i in range(4)]
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        _fill(store, "pol00001", f"trained:{inside}", {(i, 0): True for i in items}, 1, 30)
+        _fill(store, "pol00002", f"trained:{outside}", {(i, 0): k < 3 for k, i in enumerate(items)}, 1, 30)
+        _fill(store, "cot00001", "cot", {(i, 0): k < 2 for k, i in enumerate(items)}, 1, 10)
+        _fill(store, "pol00003", f"trained:{inside}", {(i, 0): True for i in items}, 1, 30, benchmark="svamp")
+        md = build_report(store, compare=[(f"trained:{inside}", "best")]).markdown
+        stored = {r.method for r in store.runs()}
+    assert f"trained:{inside}" in stored  # the store keeps the path the run was asked with
+    assert "| trained:$LEMON_HOME/policies/sft/model | 100.0 % at 30 tok (test, 4 x 1) |" in md  # all benchmarks
+    assert f"| trained:$LEMON_HOME/policies/sft/model | test | 4 | 1 | tiny | {CHOSEN_LEVEL} |" in md
+    assert f"| trained:{outside} | test | 4 | 1 | tiny | {CHOSEN_LEVEL} |" in md
+    assert "### Paired test: trained:$LEMON_HOME/policies/sft/model vs cot@medium" in md
+    assert str(_isolated_home) not in md

@@ -19,9 +19,11 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from lemon.errors import LemonError
+from lemon.paths import lemon_home
 
 if TYPE_CHECKING:  # the rest is imported where it is used: the CLI reads the table at startup, fast
     from lemon.llm.pool import Pool
@@ -50,9 +52,23 @@ def shown_level(method: str, level: str) -> str:
     return level if uses_level(method) else CHOSEN_LEVEL
 
 
+def shown_method(method: str) -> str:
+    """A method as tables show it: a trained policy under LEMON_HOME reads `trained:$LEMON_HOME/REL`, so a
+    report names the policy, not this machine's home folder (and stays one column wide); others as stored.
+    Distinct policies keep distinct names: the mapping is one-to-one for one LEMON_HOME."""
+    path = method.removeprefix("trained:")
+    if path == method:
+        return method
+    try:
+        relative = Path(path).relative_to(lemon_home())
+    except ValueError:
+        return method
+    return f"trained:$LEMON_HOME/{relative.as_posix()}"
+
+
 def run_label(method: str, level: str) -> str:
     """`method@level` for a baseline, the method alone for one that picks levels (short, for tables)."""
-    return f"{method}@{level}" if uses_level(method) else method
+    return f"{method}@{level}" if uses_level(method) else shown_method(method)
 
 
 @dataclass(frozen=True)

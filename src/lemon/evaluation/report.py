@@ -28,7 +28,7 @@ import yaml
 
 from lemon.errors import LemonError, StorageError
 from lemon.evaluation.baselines import method_names
-from lemon.evaluation.methods import run_label, shown_level, uses_level
+from lemon.evaluation.methods import run_label, shown_level, shown_method, uses_level
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.evaluation.table import PairFn, benchmark_table, best_of
 from lemon.evaluation.teams import adaptive_runs, teams_lines
@@ -309,8 +309,8 @@ def _render_front(stats: Sequence[RunStats]) -> list[str]:
                   "| cost / item | B-param x tokens / item | front |", "|---|---|---|---:|---:|---:|---:|---|"]
         for s in sorted(group, key=lambda g: g.cost):
             by = ", ".join(run_label(q.run.method, q.run.level) for q in beaten[s.run.run_id])
-            level = shown_level(s.run.method, s.run.level)
-            lines.append(f"| {s.run.method} | {level} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} "
+            method, level = shown_method(s.run.method), shown_level(s.run.method, s.run.level)
+            lines.append(f"| {method} | {level} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} "
                          f"| {_fmt_tokens(s.orchestrator_tokens_mean)} | {_fmt_tokens(s.cost)} "
                          f"| {_fmt_tokens(s.param_tokens_mean)} "
                          f"| {'no: dominated by ' + by if by else '**on the front**'} |")
@@ -360,9 +360,9 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
         for s in (s for s in stats if s.run.benchmark == bench):
             partial = "" if s.complete else f" (partial: {s.rows}/{s.expected_rows} rows)"
             temp = s.run.config.get("temperature", "")
-            level = shown_level(s.run.method, s.run.level)
+            method, level = shown_method(s.run.method), shown_level(s.run.method, s.run.level)
             lines.append(
-                f"| {s.run.method} | {s.run.split} | {s.n_items}{partial} | {len(s.seeds)} | {s.run.pool} | "
+                f"| {method} | {s.run.split} | {s.n_items}{partial} | {len(s.seeds)} | {s.run.pool} | "
                 f"{level} | {temp} | {format_accuracy(s)} | {_fmt_tokens(s.tokens_mean)} | "
                 f"{_fmt_tokens(s.orchestrator_tokens_mean)} | {_fmt_tokens(s.wall_s_mean)} | {_fmt_cut(s)} | "
                 f"{s.errors} | `{s.run.run_id}` |"
@@ -431,9 +431,9 @@ def plot_accuracy_vs_tokens(stats: Sequence[RunStats], path: Path, *, store_path
             yerr = 100 * s.accuracy_std if s.accuracy_std is not None else None
             xerr = s.tokens_std if s.tokens_std is not None else None
             ax.errorbar(s.tokens_mean, 100 * s.accuracy_mean, yerr=yerr, xerr=xerr, fmt="o", capsize=3,
-                        label=f"{s.run.method} ({s.run.pool}/{shown_level(s.run.method, s.run.level)}, "
+                        label=f"{shown_method(s.run.method)} ({s.run.pool}/{shown_level(s.run.method, s.run.level)}, "
                               f"{len(s.seeds)} seeds)")
-            ax.annotate(s.run.method, (s.tokens_mean, 100 * s.accuracy_mean), textcoords="offset points",
+            ax.annotate(shown_method(s.run.method), (s.tokens_mean, 100 * s.accuracy_mean), textcoords="offset points",
                         xytext=(4, 4), fontsize=8)
         ax.set_title(f"{bench}")
         ax.set_xlabel("worker tokens per item")
