@@ -14,6 +14,7 @@ k-th program voter is sc-pot's k-th (`adaptive_cpu.sh programs`, `program-bank`,
 it), so an order the program bank lacks needs `--online`, as does a gate over program voters (scores unbanked).
 Usage: python experiments/stop_rules_table.py [--store S] [--benchmarks svamp gsm8k] [--level large] [--pool cpu]
        [--json F] [--seeds N] [--split test|train] [--online] [--orders N] [--spec-tokens N] [--mixed ORDER ...]
+       [--no-gates]
 """
 
 from __future__ import annotations
@@ -80,10 +81,10 @@ Replay = tuple[dict[str, "Outcome"], dict[tuple[str, int], int]]
 
 async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str = "cpu",
                  seeds: int | None = None, *, split: str = "test", online: bool = False,
-                 orders: int = 1, mixed: tuple[str, ...] = ()) -> Replay:
-    """Every team of TEAMS on every (item, seed) the bank holds, through an offline pool, in `orders` orders of
-    the banked draws (`lemon.train.rollout.draw_orders`, the bank teacher's and the trainer's); and per pair,
-    how many of the 5 voters are wrong on their own (the item's difficulty)."""
+                 orders: int = 1, mixed: tuple[str, ...] = (), gates: bool = True) -> Replay:
+    """Every team of TEAMS (without the logprob gates unless `gates`) on every (item, seed) the bank holds,
+    through an offline pool, in `orders` orders of the banked draws (`lemon.train.rollout.draw_orders`, the bank
+    teacher's and the trainer's); and per pair, how many of the 5 voters are wrong on their own (difficulty)."""
     keys, config = bank_keys(store, benchmark, level, seeds, split)
     task, roles = get_benchmark(benchmark), RoleLibrary.load()
     pool = load_pool(pool_name, offline=not online)
@@ -92,7 +93,8 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
                          max_tokens=None if max_tokens is None else int(max_tokens))  # type: ignore[call-overload]
     executor = Executor(pool, roles, params=params)
     items = {str(i.id): i for i in load_split(benchmark, split)}
-    specs = {name: vote_team(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()}
+    specs = {name: vote_team(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()
+             if gates or rule is None or rule.logprob is None}
     specs |= {f"mixed {order}": mixed_team(task.kind, level, order) for order in mixed}
     out = {name: Outcome() for name in specs}
     wrong: dict[tuple[str, int], int] = {}
@@ -238,13 +240,16 @@ def main() -> None:
     ap.add_argument("--mixed", nargs="*", default=[], type=_order,
                     help="also these orders of program (P) and CoT (C) voters, stopping once 2 agree (e.g. PCCCC), "
                          "or at a voter the logprob gate T finds sure (CPCCC@-30)")
+    ap.add_argument("--no-gates", action="store_true",
+                    help="leave out the logprob-gate teams: no score is needed, so no --online (a default team for "
+                         "any pool cannot use a gate: it needs a pool that scores replies)")
     args = ap.parse_args()
     dump: dict[str, object] = {}
     with ResultsStore(args.store) as store:
         for bench in args.benchmarks:
             outcomes, wrong = asyncio.run(replay(bench, args.level, store, args.pool, args.seeds, split=args.split,
                                                  online=args.online, orders=args.orders,
-                                                 mixed=tuple(args.mixed)))
+                                                 mixed=tuple(args.mixed), gates=not args.no_gates))
             print("\n".join(table(f"{bench} `{args.split}`", outcomes, wrong)))
             for spec_tokens in sorted({0, args.spec_tokens}):
                 print("\n".join(bar_lines(outcomes, spec_tokens)))

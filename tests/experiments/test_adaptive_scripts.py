@@ -41,6 +41,11 @@ def test_the_bank_then_the_anchors_then_the_offline_table(tmp_path: Path, data_d
     assert "svamp `test`: 2 (item, seed) pairs (seed 0: 2 items)" in table.stdout
     assert "| agree 2 of 5 (esc) |" in table.stdout and "| per-item oracle (upper bound) |" in table.stdout
     assert "| sure -30 + agree 2 of 5 |" in table.stdout  # its scores banked by the anchors' `gate`
+    plain = subprocess.run([*table.args, "--no-gates"], env=env, capture_output=True, text=True, timeout=300,
+                           cwd=ROOT)  # the teams a default for any pool may use: no logprob gate
+    assert plain.returncode == 0 and "| sure " not in plain.stdout, plain.stderr[-2000:]
+    esc_row = next(line for line in table.stdout.splitlines() if line.startswith("| agree 2 of 5 (esc) |"))
+    assert esc_row in plain.stdout.splitlines()  # the other teams replay exactly as before
     # program voters: `programs` banks pot-esc's, then mixed orders replay offline (a P voter the bank lacks
     # would be an error), each program run in the real sandbox
     programs = subprocess.run(["bash", str(ROOT / "experiments" / "adaptive_cpu.sh"), "programs"], env=env,
