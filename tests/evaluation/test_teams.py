@@ -48,7 +48,7 @@ def _row(item: str, spec: Spec, ran: int, correct: bool, votes: dict[str, str] |
                    total_tokens=15 * ran, latency_s=0.0, trace_id=None, status="ok", trace_json=json.dumps(trace))
 
 
-def _store(tmp_path: Path) -> ResultsStore:
+def _store(tmp_path: Path, policy: str = "runs/p") -> ResultsStore:
     store = ResultsStore(tmp_path / "r.sqlite")
     store.ensure_run("bank", benchmark="gsm8k", split="test", method="sc-cot", pool="cpu", level="large", seeds=1,
                      n_items=3, config={"n_agents": 5})
@@ -57,7 +57,7 @@ def _store(tmp_path: Path) -> ResultsStore:
     store.put("bank", _row("mid", five, 5, True, {"cot_1": "4", "cot_2": "4", "cot_3": "4", "cot_4": "7",
                                                    "cot_5": "8"}))
     store.put("bank", _row("hard", five, 5, False, {f"cot_{i}": "9" for i in range(1, 6)}))
-    store.ensure_run("pol", benchmark="gsm8k", split="test", method="trained:runs/p", pool="cpu", level="large",
+    store.ensure_run("pol", benchmark="gsm8k", split="test", method=f"trained:{policy}", pool="cpu", level="large",
                      seeds=1, n_items=3, config={})
     store.put("pol", _row("easy", _vote_team(1), 1, True))
     store.put("pol", _row("mid", _vote_team(5, StopRule(agree=2)), 3, True))
@@ -84,3 +84,9 @@ def test_report_shows_teams_for_orchestrating_methods_only(tmp_path: Path) -> No
         markdown = build_report(store).markdown
     assert "### Teams written by trained:runs/p" in markdown
     assert "Teams written by sc-cot" not in markdown  # a fixed baseline writes one team by definition
+
+
+def test_teams_name_a_policy_under_lemon_home_by_its_place_there(tmp_path: Path, _isolated_home: Path) -> None:
+    with _store(tmp_path, policy=str(_isolated_home / "runs" / "p")) as store:
+        markdown = build_report(store).markdown
+    assert "### Teams written by trained:$LEMON_HOME/runs/p (gsm8k `test`" in markdown

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from lemon.benchmarks.base import Item
 from lemon.benchmarks.registry import get_benchmark
 from lemon.evaluation.bank import is_bank_run
+from lemon.evaluation.methods import shown_method
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.spec.model import Spec
 from lemon.spec.render import render_stop
@@ -78,8 +79,8 @@ def teams_lines(store: ResultsStore, run: RunInfo) -> list[str]:
             by_team[team_signature(top)].append(rows[key])
     if not by_team:
         return []
-    lines = [f"### Teams written by {run.method} ({run.benchmark} `{run.split}`, {len(rows)} (item, seed) pairs, "
-             f"{len(by_team)} distinct teams)", "", "| team | items | share | accuracy (%) | agents run |",
+    lines = [f"### Teams written by {shown_method(run.method)} ({run.benchmark} `{run.split}`, {len(rows)} (item, "
+             f"seed) pairs, {len(by_team)} distinct teams)", "", "| team | items | share | accuracy (%) | agents run |",
              "|---|---:|---:|---:|---:|"]
     for team, team_rows in sorted(by_team.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"| `{team}` | {len(team_rows)} | {100 * len(team_rows) / len(rows):.0f} % | "
