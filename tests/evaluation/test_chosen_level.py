@@ -62,3 +62,21 @@ def test_report_names_a_trained_policy_under_lemon_home_by_its_place_there(tmp_p
     assert f"| trained:{outside} | test | 4 | 1 | tiny | {CHOSEN_LEVEL} |" in md
     assert "### Paired test: trained:$LEMON_HOME/policies/sft/model vs cot@medium" in md
     assert str(_isolated_home) not in md
+
+
+def test_the_table_shows_the_latest_of_two_equal_runs_of_a_method(tmp_path: Path) -> None:
+    """A method whose identity moved (the template's teams changed) has two complete runs of one cell: the
+    cross-benchmark table and its paired row show the one written last, not the first the store lists."""
+    items = [str(i) for i in range(4)]
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        for bench in ("gsm8k", "svamp"):
+            _fill(store, f"old-{bench}", "template", {(i, 0): k < 1 for k, i in enumerate(items)}, 1, 30,
+                  benchmark=bench)
+            _fill(store, f"cot-{bench}", "cot", {(i, 0): k < 2 for k, i in enumerate(items)}, 1, 10,
+                  benchmark=bench)
+        for bench in ("gsm8k", "svamp"):  # written after: later `created`
+            _fill(store, f"new-{bench}", "template", {(i, 0): True for i in items}, 1, 20, benchmark=bench)
+        assert all(store.run(f"new-{b}").created > store.run(f"old-{b}").created for b in ("gsm8k", "svamp"))
+        md = build_report(store).markdown
+    row = next(line for line in md.splitlines() if line.startswith("| template | "))
+    assert row == "| template | 100.0 % at 20 tok (test, 4 x 1) | 100.0 % at 20 tok (test, 4 x 1) |"

@@ -96,11 +96,12 @@ def _cell(s: RunStats) -> str:
 
 
 def _runs_by_cell(stats: Sequence[RunStats]) -> dict[tuple[str, str], RunStats]:
-    """(label, benchmark) -> the run with the most rows, where several runs share a label (other pools, sizes)."""
+    """(label, benchmark) -> the run with the most rows, where several runs share a label (other pools, sizes),
+    the latest of those: a method whose identity moved (the template's teams) is shown as it runs now."""
     cells: dict[tuple[str, str], RunStats] = {}
     for s in stats:
         key = (run_label(s.run.method, s.run.level), s.run.benchmark)
-        if key not in cells or s.rows > cells[key].rows:
+        if key not in cells or (s.rows, s.run.created) >= (cells[key].rows, cells[key].run.created):
             cells[key] = s
     return cells
 
