@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
-from lemon.errors import run_script
+from lemon.errors import LemonError, run_script
 from lemon.evaluation.bank import bank_keys, vote_team
 from lemon.evaluation.baselines import GATE_LOGPROB, voter_team
 from lemon.evaluation.item import item_seed
@@ -107,7 +107,8 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
                 result = await executor.run(spec, task.prompt(item), seed=run_seed, draw_order=order,
                                             vote_key=lambda text, it=item: task.extract(text, it))
                 if result.status != "ok":
-                    raise SystemExit(f"{benchmark} {item_id} seed {seed} {name}: {result.stop_reason}")
+                    raise LemonError(f"{benchmark} {item_id} seed {seed}, team {name}: {result.stop_reason}; bank "
+                                     "what it lacks first, or add --online (or --no-gates for a missing score)")
                 pred = task.extract(result.answer, item)
                 runs.append((pred is not None and bool(task.check(pred, item)), result.total_tokens,
                              sum(1 for a in result.tokens_by_agent if a != "vote")))

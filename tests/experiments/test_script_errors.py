@@ -37,9 +37,9 @@ def test_mains_status_is_the_exit_status_and_a_bug_keeps_its_traceback() -> None
         run_script(lambda: 1 / 0)
 
 
-def _stop_rule_table(tmp: Path, **env: str) -> subprocess.CompletedProcess[str]:
+def _stop_rule_table(tmp: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(ROOT / "experiments" / "stop_rules_table.py"), "--store",
-                           str(tmp / "s.sqlite"), "--benchmarks", "aqua"], env={**os.environ, **env},
+                           str(tmp / "s.sqlite"), "--benchmarks", "aqua", *args], env={**os.environ, **env},
                           capture_output=True, text=True, timeout=120, cwd=tmp)
 
 
@@ -60,3 +60,10 @@ def test_the_stop_rule_table_on_a_store_without_its_bank_says_so_in_one_line(tmp
     assert res.returncode == 2, res.stderr[-2000:]
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and "LEMON_DATA_DIR" in lines[0], res.stderr
+    # data and bank there, but no reply's score (the gate's teams need one): one line naming both ways out
+    res = _stop_rule_table(tmp_path, "--pool", str(pool), LEMON_DATA_DIR=str(data_dir))
+    assert res.returncode == 2, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "team sure" in lines[0] and "--online" in lines[0] and "--no-gates" in lines[0]
+    res = _stop_rule_table(tmp_path, "--pool", str(pool), "--no-gates", LEMON_DATA_DIR=str(data_dir))
+    assert res.returncode == 0 and "| agree 2 of 3 |" in res.stdout, res.stderr[-2000:]
