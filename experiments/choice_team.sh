@@ -2,9 +2,10 @@
 # The choice kind's default team (prompts/teams.yaml `choice`), measured on items the six-benchmark table does not
 # score: the first LIMIT `dev` items of AQuA and MMLU, one seed. Why: the template's choice team (two CoT voters at
 # `large`, one at `medium`, no stop rule) was never measured on multiple choice, and on the table's test items it
-# is dominated by one agent on MMLU and AQuA (docs/results.md). Stages, each resumable from the store:
+# is dominated by one agent on MMLU and AQuA (docs/results.md; chosen since: agree 2 of 3 at `large`, docs/results.md
+# "The choice kind's team"). Stages, each resumable from the store:
 #   the 5-voter bank (adaptive_cpu.sh `bank`), vanilla, the anchors replayed from it (`singles anchors`), agree 2
-#   of 3, and the template's own team (its `medium` voter the one new draw). Then choose offline:
+#   of 3, and the template's own team (the team before had a `medium` voter, a new draw). Then choose offline:
 #   python experiments/stop_rules_table.py --store STORE --split dev --benchmarks aqua mmlu --orders 24
 # Usage: LEMON_DATA_DIR=../shared/data [LIMIT=20 JOBS=1 THREADS=1] bash experiments/choice_team.sh [STORE]
 set -euo pipefail
