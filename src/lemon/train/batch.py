@@ -13,7 +13,13 @@ from dataclasses import dataclass, field
 from lemon.seeds import stable_seed
 from lemon.spec.render import Span
 from lemon.train.config import CreditConfig
-from lemon.train.credit import CounterfactualTerm, FieldPair, advantage_scales, group_advantages
+from lemon.train.credit import (
+    CounterfactualTerm,
+    FieldPair,
+    advantage_scales,
+    group_advantages,
+    tied_cost_advantages,
+)
 from lemon.train.generation import Completion
 from lemon.train.rollout import GroupResult, Sample
 from lemon.train.token_spans import char_span_to_token_indices, edit_window
@@ -84,14 +90,18 @@ def build_batch(groups: Sequence[GroupResult], completions: Sequence[Sequence[Co
     """Group advantages on every token, plus Δ on the tokens of each counterfactual's field, on ONE scale.
 
     Both the group advantage and Δ are divided by the group's scale (`advantage_scales`; 1 by default), so
-    a counterfactual that flips success weighs what a solved spec weighs against its group. With
-    `credit.cf_form` "pairwise", `alternative` (the policy's) finds the token where the edit diverges.
+    a counterfactual that flips success weighs what a solved spec weighs against its group. A group whose
+    samples all succeed alike takes `credit.tied_cost` standard units for its cost contrast instead, when set
+    (`tied_cost_advantages`). With `credit.cf_form` "pairwise", `alternative` (the policy's) finds the token
+    where the edit diverges.
     """
     pairwise = alternative if credit.cf_form == "pairwise" else None
     batch = StepBatch()
     scales = advantage_scales([g.rewards for g in groups], credit.advantage_scale, credit.advantage_floor)
     for group, comps, scale in zip(groups, completions, scales, strict=True):
-        adv = group_advantages(group.rewards, scale)
+        tied = tied_cost_advantages(group.rewards, [s.success for s in group.samples],
+                                    [s.valid for s in group.samples], credit.tied_cost)
+        adv = group_advantages(group.rewards, scale) if tied is None else tied
         for sample, comp, a in zip(group.samples, comps, adv, strict=True):
             terms: list[CounterfactualTerm] = []
             pairs: list[FieldPair] = []

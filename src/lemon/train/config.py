@@ -83,6 +83,9 @@ class CreditConfig(_Strict):
     # Divisor of group advantages and counterfactual deltas alike (credit.advantage_scales).
     advantage_scale: Literal["none", "batch_std", "group_std"] = "none"
     advantage_floor: float = Field(default=0.1, gt=0.0)
+    # Standard units of advantage a group whose samples all succeed alike gets for its cost contrast
+    # (credit.tied_cost_advantages); 0 keeps it in reward units, where the signal floor skips it.
+    tied_cost: float = Field(default=0.0, ge=0.0)
     # How Δ reaches the policy (credit.py): "span" = weight * Δ on the original field's tokens; "pairwise" =
     # a preference between the written and the edited value at the first token where they differ.
     cf_form: Literal["span", "pairwise"] = "span"

@@ -109,6 +109,32 @@ def group_advantages(rewards: Sequence[float], scale: float = 1.0) -> list[float
     return [c / scale for c in centered_rewards(rewards)]
 
 
+#: The least spread (reward units) a success-tied group's costs are divided by: below it the "contrast" is a
+#: few tokens of sampling noise (at efficiency_coef 0.1 and a 1,000-token reference, 0.001 is 10 tokens).
+TIED_COST_STD_FLOOR = 1e-3
+
+
+def tied_cost_advantages(rewards: Sequence[float], successes: Sequence[float], valid: Sequence[bool],
+                         weight: float) -> list[float] | None:
+    """A cost advantage for a group whose samples all succeed alike: `weight` * (r - mean) / std(r), or None
+    (the group keeps its advantages in reward units) when `weight` is 0, a sample is invalid, the successes
+    differ, they are all 0, or the rewards tie.
+
+    Why: with every sample right, the whole reward contrast is cost (the efficiency bonus and the structure
+    cost), ~0.01 in reward units, and the signal floor (`reward_room`) skips such a batch: the table's GRPO
+    skipped all nine it met, so the policy learned how few agents an easy task needs only beside a success
+    contrast. Normalised, a tied group's cheapest team gets an advantage of about `weight` standard units.
+    All-wrong groups are left out on purpose: their cheapest spec is not a better one (reward.py).
+    """
+    if weight <= 0 or not all(valid) or len(set(successes)) != 1 or not successes[0] > 0:
+        return None
+    centered = centered_rewards(rewards)
+    if not any(centered):
+        return None
+    spread = max(_std(centered), TIED_COST_STD_FLOOR)
+    return [weight * c / spread for c in centered]
+
+
 def counterfactual_advantages(seq_len: int, cf_terms: Sequence[CounterfactualTerm]) -> torch.Tensor:
     """Per-token counterfactual advantages [T]: weight * Δ / n on each of a term's n span tokens, 0 elsewhere.
 
