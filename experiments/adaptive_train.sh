@@ -8,7 +8,8 @@
 #      are cost: issue 24).
 #   2. train: GRPO from that policy, arms `cf` (counterfactual credit on the stop rule, the number of copies and
 #      the level) and `global` (no counterfactuals), each under TRAIN_SEEDS, config experiments/adaptive_train.yaml
-#      (workers.seeds: bank, orchestrator tokens counted in the reward).
+#      (workers.seeds: bank, orchestrator tokens counted in the reward); `cf-tied` is `cf` with a success-tied
+#      group's cost contrast in standard units (`credit.tied_cost: 0.5`, docs/results.md "Not measured yet").
 #   3. eval: every trained policy on the first LIMIT TEST items of BENCHES x SEEDS seeds, into the bank's store
 #      (the same items and seeds as the fixed teams of adaptive_cpu.sh, so every comparison is paired).
 #   4. report: lemon report over the store, each trained arm paired against the best fixed team and SFT.
@@ -49,6 +50,7 @@ if has train; then
   for name in "${arms[@]}"; do
     [ -d "$runs/$name/final" ] && continue
     flags=(--seed "${name##*-s}"); [ "${name%-s*}" = global ] && flags+=(--no-cf)
+    [ "${name%-s*}" = cf-tied ] && flags+=(--set credit.tied_cost=0.5)
     [ -f "$runs/$name/run.json" ] && flags+=(--resume)
     lemon train --out "$runs/$name" --policy "$runs/sft/model" --benchmark "$mix" --limit "${N_TRAIN:-40}" \
       --pool "$pool" --config "$here/adaptive_train.yaml" --steps "${STEPS:-30}" --save-every 5 "${flags[@]}"
