@@ -26,13 +26,15 @@ def _topology(spec: Spec) -> dict[str, object]:
 
 def test_signature_folds_copies_and_shows_the_stop_rule() -> None:
     assert team_signature(_topology(_vote_team(5, StopRule(agree=2)))) == \
-        "5 x math_solver@large -> majority_vote@large {agree: 2}"
-    assert team_signature(_topology(_vote_team(1))) == "math_solver@large -> majority_vote@large"
+        "5 x math_solver@large+duty -> majority_vote@large {agree: 2}"
+    assert team_signature(_topology(_vote_team(1))) == "math_solver@large+duty -> majority_vote@large"
 
 
-def test_signature_ignores_duties_but_not_structure() -> None:
+def test_signature_ignores_a_duty_s_wording_but_not_structure() -> None:
     worded = _vote_team(3, duty="Solve it carefully.")
     assert team_signature(_topology(worded)) == team_signature(_topology(_vote_team(3)))
+    # no duty is another worker prompt, so other draws: two policies' "same" team differed on 28 of 60 pairs
+    assert team_signature(_topology(_vote_team(3, duty=""))) == "3 x math_solver@large -> majority_vote@large"
     chain = Spec(agents=(Agent(name="a", role="math_solver", capacity="large"),
                          Agent(name="b", role="math_solver", capacity="large", depends_on=("a",))), output="b")
     assert team_signature(_topology(chain)) == "math_solver@large -> math_solver@large"
@@ -71,8 +73,8 @@ def test_teams_lines_count_teams_and_track_difficulty(tmp_path: Path) -> None:
         assert run is not None
         text = "\n".join(teams_lines(store, run))
     assert "2 distinct teams" in text
-    assert "| `5 x math_solver@large -> majority_vote@large {agree: 2}` | 2 | 67 % | 50.0 | 4.00 |" in text
-    assert "| `math_solver@large -> majority_vote@large` | 1 | 33 % | 100.0 | 1.00 |" in text
+    assert "| `5 x math_solver@large+duty -> majority_vote@large {agree: 2}` | 2 | 67 % | 50.0 | 4.00 |" in text
+    assert "| `math_solver@large+duty -> majority_vote@large` | 1 | 33 % | 100.0 | 1.00 |" in text
     # difficulty from the 5-vote run: easy 0 wrong (1 agent), mid 2 wrong (3 agents), hard 5 wrong (5 agents)
     assert "| 0 of 5 | 1 | 1.00 | 100.0 |" in text
     assert "| 2 of 5 | 1 | 3.00 | 100.0 |" in text

@@ -2,10 +2,12 @@
 
 A trained policy that writes one team for every item is a fixed team with extra steps; its accuracy alone
 cannot tell the two apart. So the report counts the distinct teams in a run's traces (the agents folded into
-`n x role@level` groups, the aggregator with its stop rule; duties are left out, since a policy words them
-per item), with each team's items, accuracy and agents run; and it shows how many agents the run spent
-against the item's difficulty, read off the same store's 5-vote run on the same (item, seed): how many of its
-five voters were wrong on their own. A team that adapts spends more where more voters fail.
+`n x role@level` groups, the aggregator with its stop rule; a duty's wording is left out, since a policy words
+it per item, but not whether there is one, `+duty`: a duty is part of the worker's prompt, so two teams that
+differ only there draw different samples), with each team's items, accuracy and agents run; and it shows how
+many agents the run spent against the item's difficulty, read off the same store's 5-vote run on the same
+(item, seed): how many of its five voters were wrong on their own. A team that adapts spends more where more
+voters fail.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ Key = tuple[str, int]
 
 
 def team_signature(topology: Mapping[str, object]) -> str:
-    """`5 x math_solver@large -> majority_vote@large {agree: 2}`: consecutive agents of the same role and level
-    reading the same parents (copies) folded into one group, dependent groups after an arrow."""
+    """`5 x math_solver@large+duty -> majority_vote@large {agree: 2}`: consecutive agents of the same role and
+    level (and duty or none) reading the same parents (copies) folded into one group, dependent groups after an
+    arrow."""
     spec = Spec.model_validate({"agents": topology["agents"], "output": topology.get("output")})
     groups: list[tuple[str, int, bool]] = []
     for i, a in enumerate(spec.agents):
-        label = f"{a.role}@{a.capacity}" + (f" {render_stop(a.stop)}" if a.stop is not None else "")
+        label = f"{a.role}@{a.capacity}" + ("+duty" if a.duty else "") + \
+            (f" {render_stop(a.stop)}" if a.stop is not None else "")
         if groups and groups[-1][0] == label and spec.agents[i - 1].depends_on == a.depends_on:
             groups[-1] = (label, groups[-1][1] + 1, groups[-1][2])
         else:
