@@ -145,8 +145,8 @@ class Consoles(NamedTuple):
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
     """Stop as Ctrl-C does, once: a second TERM (a script's trap forwarding one to a job its process group's
-    kill already reached) raised again inside the shutdown, which then logged a traceback instead of releasing
-    its claims."""
+    kill already reached) raised again inside the shutdown: a logged traceback after the one-line stop message,
+    and whatever the shutdown had left to do cut short."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
