@@ -122,6 +122,29 @@ async def test_a_prompted_eval_survives_an_orchestrator_reply_of_the_wrong_shape
     assert all((r.stop_reason or "").startswith("orchestrator: ") for r in errors)
 
 
+async def test_an_eval_whose_orchestrator_wrote_unusable_specs_says_what_share(tmp_path: Path,
+                                                                               data_dir: Path) -> None:
+    """A policy's unusable output runs the default spec in its place (the six-benchmark SFT policy on MMLU: 28 of
+    60), so the accuracy partly measures that spec: the summary counts the specs by source and says so."""
+    items = _items(data_dir, 4)
+    spec = json.dumps({"agents": [{"name": "solver", "role": "math_solver", "capacity": "small"}],
+                       "output": "solver"})
+
+    def pick(body: dict, n: int) -> Fault:
+        text = "\n".join(m["content"] for m in body["messages"])
+        i = next(i for i, item in enumerate(items) if item.question in text)
+        if "response_format" in body:  # the orchestrator: no spec at all for the first two items
+            return Fault(200, completion("I would rather not." if i < 2 else spec))
+        return Fault(200, completion(f"The answer is {items[i].answer}."))
+
+    with fault_server(pick) as ep:
+        summary = await evaluate_kw("multiarith", "prompted", limit=4, store=tmp_path / "r.sqlite", data_dir=data_dir,
+                                    pool="fault", level="small", pool_factory=lambda: _endpoint_pool(ep.base_url))
+    assert summary.in_error == 0 and summary.stats.spec_sources == {"fallback": 2, "model": 2}
+    lines = "\n".join(summary_lines(summary))
+    assert "50 % of specs unusable (the default ran)" in lines and "repaired" not in lines
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "lemon.cli.main", *args]
 

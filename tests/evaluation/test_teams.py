@@ -40,11 +40,16 @@ def test_signature_ignores_a_duty_s_wording_but_not_structure() -> None:
     assert team_signature(_topology(chain)) == "math_solver@large -> math_solver@large"
 
 
-def _row(item: str, spec: Spec, ran: int, correct: bool, votes: dict[str, str] | None = None) -> ItemRow:
+def _row(item: str, spec: Spec, ran: int, correct: bool, votes: dict[str, str] | None = None,
+         source: str | None = None) -> ItemRow:
     tokens = {f"cot_{i}": {"prompt": 10, "completion": 5, "capacity": "large", "model": "m"}
               for i in range(1, ran + 1)}
     tokens["vote"] = {"prompt": 0, "completion": 0, "capacity": "large", "model": "vote"}
-    events = [{"type": "return", "agent": "vote", "votes": votes}] if votes else []
+    events: list[dict[str, object]] = []
+    if source is not None:  # what the executor emits first when an orchestrator wrote the spec
+        events.append({"type": "orchestrator_decision", "agent": "orchestrator", "source": source})
+    if votes:
+        events.append({"type": "return", "agent": "vote", "votes": votes})
     trace = {"topology": _topology(spec), "events": events}
     return ItemRow(item_id=item, seed=0, prediction="4", gold="4", correct=correct, tokens=tokens,  # type: ignore[arg-type]
                    total_tokens=15 * ran, latency_s=0.0, trace_id=None, status="ok", trace_json=json.dumps(trace))
@@ -92,3 +97,24 @@ def test_teams_name_a_policy_under_lemon_home_by_its_place_there(tmp_path: Path,
     with _store(tmp_path, policy=str(_isolated_home / "runs" / "p")) as store:
         markdown = build_report(store).markdown
     assert "### Teams written by trained:$LEMON_HOME/runs/p (gsm8k `test`" in markdown
+
+
+def test_a_policy_whose_specs_were_unusable_says_so_in_its_cell_and_teams(tmp_path: Path) -> None:
+    """On MMLU the six-benchmark SFT policy's output was unusable on 28 of 60 pairs and the default spec ran in
+    its place; its cell said nothing of it. The cell and the teams section now count each spec's source."""
+    with _store(tmp_path) as store:
+        store.ensure_run("odd", benchmark="svamp", split="test", method="trained:runs/q", pool="cpu",
+                         level="large", seeds=1, n_items=3, config={})
+        for item, source in (("a", "model"), ("b", "repaired"), ("c", "fallback")):
+            store.put("odd", _row(item, _vote_team(1), 1, True, source=source))
+        for item in ("a", "b", "c"):  # a policy that wrote every spec itself: nothing to say
+            store.put("pol", _row(item + "2", _vote_team(1), 1, True, source="model"))
+        assert store.spec_sources("odd") == {"model": 1, "repaired": 1, "fallback": 1}
+        assert store.spec_sources("bank") == {}  # a fixed baseline has no orchestrator
+        markdown = build_report(store).markdown
+    odd = next(line for line in markdown.splitlines() if line.startswith("| trained:runs/q |"))
+    assert "(test, 3 x 1, 33 % of specs unusable (the default ran), 33 % repaired) |" in odd
+    pol = next(line for line in markdown.splitlines() if line.startswith("| trained:runs/p |"))
+    assert "specs" not in pol
+    assert "Specs: 1 as written, 1 repaired, 1 unusable, so the default spec" in markdown
+    assert markdown.count("Specs: ") == 1

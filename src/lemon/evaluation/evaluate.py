@@ -53,6 +53,7 @@ from lemon.evaluation.item import (
 from lemon.evaluation.report import RunStats, run_stats
 from lemon.evaluation.scale import run_with_ray
 from lemon.evaluation.store import ItemRow, ResultsStore, RunDeleted, make_run_id, new_claim_owner, run_deleted
+from lemon.evaluation.table import specs_note
 from lemon.runtime.budget import TokenLedger, check_positive_int, check_timeout
 
 log = logging.getLogger(__name__)
@@ -342,7 +343,8 @@ def _summary(db: ResultsStore, run: _Run, execution: Execution) -> EvalSummary:
     s = run.settings
     return EvalSummary(run_id=run.run_id, store_path=db.path, benchmark=s.benchmark, split=run.split,
                        method=s.method.name, pool=s.pool, level=s.level, n_items=len(run.items), seeds=len(run.seeds),
-                       computed=len(run.tracker.new), skipped=run.skipped, stats=run_stats(info, rows),
+                       computed=len(run.tracker.new), skipped=run.skipped,
+                       stats=run_stats(info, rows, db.spec_sources(run.run_id)),
                        in_error=sum(r.status == "error" for r in rows), not_computed=run.not_computed,
                        budget_tokens_total=execution.budget_tokens_total,
                        eval_tokens=None if run.eval_budget is None else run.eval_budget.used,
@@ -472,6 +474,9 @@ def summary_lines(summary: EvalSummary) -> list[str]:
 
 def _problem_lines(summary: EvalSummary) -> list[str]:
     lines = []
+    if note := specs_note(summary.stats.spec_sources):
+        lines.append(f"[bold yellow]{note}[/]: the cell measures those specs too; each trace keeps the "
+                     "orchestrator's raw output (`lemon trace`)")
     if summary.budget_tokens_total is not None:
         lines.append(f"tokens charged to --budget-tokens-total: {summary.eval_tokens:,} of "
                      f"{summary.budget_tokens_total:,}")

@@ -18,7 +18,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -60,6 +60,10 @@ class RunStats:
     # Of the replies, those that stopped at that limit: cut mid-answer, so mostly wrong. A large share means the
     # cell measures the limit, not the method (AQuA at 384: 151 of 300 voters). None when the limit is unknown.
     replies_at_limit: int | None = None
+    # Where the run's specs came from (`ResultsStore.spec_sources`: model / repaired / fallback / template); empty
+    # for a fixed baseline. A policy whose output was unusable ran the default spec instead, so its cell then
+    # measures that spec, not the policy (the six-benchmark SFT policy on MMLU: 28 of 60).
+    spec_sources: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def cost(self) -> float:
@@ -76,8 +80,9 @@ class RunStats:
         return self.rows >= self.expected_rows
 
 
-def run_stats(run: RunInfo, rows: Sequence[ItemRow]) -> RunStats:
-    """Per-seed accuracy, its mean and sample std, and tokens per item of one run."""
+def run_stats(run: RunInfo, rows: Sequence[ItemRow], spec_sources: Mapping[str, int] | None = None) -> RunStats:
+    """Per-seed accuracy, its mean and sample std, and tokens per item of one run (`spec_sources`: as
+    `ResultsStore.spec_sources` reads them)."""
     by_seed: dict[int, list[ItemRow]] = {}
     for r in rows:
         by_seed.setdefault(r.seed, []).append(r)
@@ -99,6 +104,7 @@ def run_stats(run: RunInfo, rows: Sequence[ItemRow]) -> RunStats:
         wall_s_mean=statistics.fmean(r.latency_s for r in rows) if rows else math.nan,
         param_tokens_mean=statistics.fmean(_param_tokens(r) for r in rows) if rows else math.nan,
         **_replies_at_limit(run, rows),
+        spec_sources=dict(spec_sources or {}),
     )
 
 
@@ -485,7 +491,9 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
     runs = sorted(store.runs(), key=lambda r: (r.benchmark, order.get(r.method, len(order)), r.method, r.pool,
                                                r.level, r.created))
     rows = {r.run_id: store.items(r.run_id) for r in runs}
-    stats = tuple(run_stats(r, rows[r.run_id]) for r in runs)
+    fixed = set(method_names())
+    stats = tuple(run_stats(r, rows[r.run_id], None if r.method in fixed else store.spec_sources(r.run_id))
+                  for r in runs)
 
     def pair(a: RunStats, b: RunStats) -> PairedResult:
         return paired_compare(a.run, rows[a.run.run_id], b.run, rows[b.run.run_id])

@@ -458,6 +458,15 @@ class ResultsStore:
                           "WHERE run_id = ? AND json_valid(trace_json)", (run_id,))
         return {(r["item_id"], int(r["seed"])): json.loads(r["top"]) for r in rows if r["top"]}
 
+    def spec_sources(self, run_id: str) -> dict[str, int]:
+        """How many of a run's specs came from each source of its orchestrator's decision (`model`: valid as
+        written, `repaired`, `fallback`: the default spec ran in place of unusable output, `template`); empty for
+        a fixed baseline, which has no orchestrator. Read inside SQLite, like `topologies`."""
+        rows = self._rows("SELECT json_extract(e.value, '$.source') AS source, COUNT(*) AS n FROM traces AS t, "
+                          "json_each(t.trace_json, '$.events') AS e WHERE t.run_id = ? AND json_valid(t.trace_json) "
+                          "AND json_extract(e.value, '$.type') = 'orchestrator_decision' GROUP BY source", (run_id,))
+        return {str(r["source"]): int(r["n"]) for r in rows if r["source"] is not None}
+
     def count(self, run_id: str) -> int:
         return int(self._exec("SELECT COUNT(*) FROM items WHERE run_id = ?", (run_id,)).fetchone()[0])
 

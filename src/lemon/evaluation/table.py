@@ -27,6 +27,7 @@ class RunStats(Protocol):
     accuracy_std: float | None
     replies: int
     replies_at_limit: int | None
+    spec_sources: Mapping[str, int]
 
     @property
     def cost(self) -> float: ...
@@ -81,10 +82,33 @@ def _cut(s: RunStats) -> str:
     return f", {100 * s.replies_at_limit / s.replies:.0f} % of replies cut"
 
 
+#: A cell says what share of its specs the orchestrator did not write as they ran from this share up: repaired
+#: ones, and unusable output replaced by the default spec (the cell then partly measures that spec).
+SPEC_SHARE_SHOWN = 0.10
+
+
+def specs_note(sources: Mapping[str, int]) -> str:
+    """`47 % of specs unusable (the default ran), 30 % repaired` where a tenth or more of a run's specs (counted
+    by source, `ResultsStore.spec_sources`) were not its orchestrator's as written; else empty."""
+    total = sum(sources.values())
+    fallback, repaired = sources.get("fallback", 0), sources.get("repaired", 0)
+    if not total or fallback + repaired < SPEC_SHARE_SHOWN * total:
+        return ""
+    parts = [f"{100 * fallback / total:.0f} % of specs unusable (the default ran)"] if fallback else []
+    parts += [f"{100 * repaired / total:.0f} % {'' if fallback else 'of specs '}repaired"] if repaired else []
+    return ", ".join(parts)
+
+
+def _specs(s: RunStats) -> str:
+    note = specs_note(s.spec_sources)
+    return f", {note}" if note else ""
+
+
 def _cell(s: RunStats) -> str:
     """`65.7 ± 8.1 % at 310 tok (test, 30 x 2)`; one seed has no ±; a partial run counts its rows; a run whose
     workers had another reply limit than the pool's default says it (`replies <= 1,024 tok`), and so does one
-    whose replies were often cut at its limit (`16 % of replies cut`)."""
+    whose replies were often cut at its limit (`16 % of replies cut`), and one whose orchestrator's specs were
+    often repaired or unusable (`_specs`)."""
     if s.rows == 0:
         return "–"
     std = "" if s.accuracy_std is None else f" ± {100 * s.accuracy_std:.1f}"
@@ -92,7 +116,7 @@ def _cell(s: RunStats) -> str:
     cap = s.run.config.get("max_tokens")
     limit = f", replies <= {cap:,} tok" if isinstance(cap, int) else ""
     return (f"{100 * s.accuracy_mean:.1f}{std} % at {s.cost:,.0f} tok "
-            f"({s.run.split}, {s.n_items} x {len(s.seeds)}{partial}{limit}{_cut(s)})")
+            f"({s.run.split}, {s.n_items} x {len(s.seeds)}{partial}{limit}{_cut(s)}{_specs(s)})")
 
 
 def _runs_by_cell(stats: Sequence[RunStats]) -> dict[tuple[str, str], RunStats]:

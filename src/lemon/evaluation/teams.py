@@ -86,11 +86,26 @@ def teams_lines(store: ResultsStore, run: RunInfo) -> list[str]:
     lines = [f"### Teams written by {shown_method(run.method)} ({run.benchmark} `{run.split}`, {len(rows)} (item, "
              f"seed) pairs, {len(by_team)} distinct teams)", "", "| team | items | share | accuracy (%) | agents run |",
              "|---|---:|---:|---:|---:|"]
+    lines[1:1] = _sources_lines(store.spec_sources(run.run_id))
     for team, team_rows in sorted(by_team.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"| `{team}` | {len(team_rows)} | {100 * len(team_rows) / len(rows):.0f} % | "
                      f"{100 * statistics.mean(r.correct for r in team_rows):.1f} | "
                      f"{statistics.mean(agents_run(r) for r in team_rows):.2f} |")
     return [*lines, "", *_difficulty_lines(rows, voters_wrong(store, run))]
+
+
+#: How the report names each source of a spec (`orchestrator.base.Source`).
+_SOURCE_WORDS = {"model": "as written", "repaired": "repaired",
+                 "fallback": "unusable, so the default spec (orchestrator/prompts/fallback.yaml) ran"}
+
+
+def _sources_lines(sources: Mapping[str, int]) -> list[str]:
+    """`Specs: 14 as written, 18 repaired, 28 unusable, ...`: where the orchestrator's specs came from, when
+    any was not its own as written (a team below may then be the default spec, not the policy's choice)."""
+    if not set(sources) - {"model", "template"}:
+        return []
+    said = [f"{sources[k]} {w}" for k, w in _SOURCE_WORDS.items() if sources.get(k)]
+    return ["", f"Specs: {', '.join(said)}."]
 
 
 def _difficulty_lines(rows: Mapping[Key, ItemRow], wrong: Mapping[Key, int]) -> list[str]:
