@@ -98,21 +98,31 @@ async def test_an_eval_over_a_faulty_endpoint_completes_every_item_and_counts_er
     assert "6 of 10 (item, seed) pairs ended in error" in lines and "most common error" in lines
 
 
-async def test_a_prompted_eval_survives_an_orchestrator_reply_of_the_wrong_shape(tmp_path: Path,
-                                                                                 data_dir: Path) -> None:
-    items = _items(data_dir, 4)
-    spec = json.dumps({"agents": [{"name": "solver", "role": "math_solver", "capacity": "small"}],
-                       "output": "solver"})
+_ONE_SOLVER = json.dumps({"agents": [{"name": "solver", "role": "math_solver", "capacity": "small"}],
+                          "output": "solver"})
 
+
+def _prompted_router(items: list, orchestrator: Callable[[int], Fault]) -> Callable[[dict, int], Fault]:  # type: ignore[type-arg]
+    """Item i's orchestrator call (the request with a response_format) gets `orchestrator(i)`; its workers
+    answer right."""
     def pick(body: dict, n: int) -> Fault:
         text = "\n".join(m["content"] for m in body["messages"])
         i = next(i for i, item in enumerate(items) if item.question in text)
-        if "response_format" in body:  # the orchestrator writing the spec
-            bad = {0: "content_list", 1: "usage_negative"}.get(i)
-            return Fault(200, WRONG_SHAPES[bad] if bad else completion(spec))
+        if "response_format" in body:
+            return orchestrator(i)
         return Fault(200, completion(f"The answer is {items[i].answer}."))
+    return pick
 
-    with fault_server(pick) as ep:
+
+async def test_a_prompted_eval_survives_an_orchestrator_reply_of_the_wrong_shape(tmp_path: Path,
+                                                                                 data_dir: Path) -> None:
+    items = _items(data_dir, 4)
+
+    def orchestrator(i: int) -> Fault:
+        bad = {0: "content_list", 1: "usage_negative"}.get(i)
+        return Fault(200, WRONG_SHAPES[bad] if bad else completion(_ONE_SOLVER))
+
+    with fault_server(_prompted_router(items, orchestrator)) as ep:
         summary = await evaluate_kw("multiarith", "prompted", limit=4, store=tmp_path / "r.sqlite", data_dir=data_dir,
                                     pool="fault", level="small",
                                     pool_factory=lambda: _endpoint_pool(ep.base_url))
@@ -127,17 +137,9 @@ async def test_an_eval_whose_orchestrator_wrote_unusable_specs_says_what_share(t
     """A policy's unusable output runs the default spec in its place (the six-benchmark SFT policy on MMLU: 28 of
     60), so the accuracy partly measures that spec: the summary counts the specs by source and says so."""
     items = _items(data_dir, 4)
-    spec = json.dumps({"agents": [{"name": "solver", "role": "math_solver", "capacity": "small"}],
-                       "output": "solver"})
-
-    def pick(body: dict, n: int) -> Fault:
-        text = "\n".join(m["content"] for m in body["messages"])
-        i = next(i for i, item in enumerate(items) if item.question in text)
-        if "response_format" in body:  # the orchestrator: no spec at all for the first two items
-            return Fault(200, completion("I would rather not." if i < 2 else spec))
-        return Fault(200, completion(f"The answer is {items[i].answer}."))
-
-    with fault_server(pick) as ep:
+    no_spec_for_two = _prompted_router(items, lambda i: Fault(200, completion("I would rather not." if i < 2
+                                                                            else _ONE_SOLVER)))
+    with fault_server(no_spec_for_two) as ep:
         summary = await evaluate_kw("multiarith", "prompted", limit=4, store=tmp_path / "r.sqlite", data_dir=data_dir,
                                     pool="fault", level="small", pool_factory=lambda: _endpoint_pool(ep.base_url))
     assert summary.in_error == 0 and summary.stats.spec_sources == {"fallback": 2, "model": 2}
