@@ -76,7 +76,7 @@ def test_teams_lines_count_teams_and_track_difficulty(tmp_path: Path) -> None:
     with _store(tmp_path) as store:
         run = store.run("pol")
         assert run is not None
-        text = "\n".join(teams_lines(store, run))
+        text = "\n".join(teams_lines(store, run, store.spec_sources("pol")))
     assert "2 distinct teams" in text
     assert "| `5 x math_solver@large+duty -> majority_vote@large {agree: 2}` | 2 | 67 % | 50.0 | 4.00 |" in text
     assert "| `math_solver@large+duty -> majority_vote@large` | 1 | 33 % | 100.0 | 1.00 |" in text

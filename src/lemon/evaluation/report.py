@@ -492,8 +492,8 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
                                                r.level, r.created))
     rows = {r.run_id: store.items(r.run_id) for r in runs}
     fixed = set(method_names())
-    stats = tuple(run_stats(r, rows[r.run_id], None if r.method in fixed else store.spec_sources(r.run_id))
-                  for r in runs)
+    sources = {r.run_id: store.spec_sources(r.run_id) for r in runs if r.method not in fixed}  # read once
+    stats = tuple(run_stats(r, rows[r.run_id], sources.get(r.run_id)) for r in runs)
 
     def pair(a: RunStats, b: RunStats) -> PairedResult:
         return paired_compare(a.run, rows[a.run.run_id], b.run, rows[b.run.run_id])
@@ -512,7 +512,7 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
         comparisons.extend(found)
     teams: dict[str, list[str]] = defaultdict(list)
     for run in adaptive_runs(store, runs, method_names()):
-        teams[run.benchmark] += teams_lines(store, run)
+        teams[run.benchmark] += teams_lines(store, run, sources[run.run_id])
     markdown = render_markdown(stats, comparisons, store_path=store.path, generated_at=generated_at, teams=teams,
                                pair=pair)
     if out is not None:

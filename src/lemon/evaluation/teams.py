@@ -73,8 +73,9 @@ def voters_wrong(store: ResultsStore, run: RunInfo) -> dict[Key, int]:
     return wrong
 
 
-def teams_lines(store: ResultsStore, run: RunInfo) -> list[str]:
-    """The teams section of one run: distribution of teams, then agents run by item difficulty."""
+def teams_lines(store: ResultsStore, run: RunInfo, sources: Mapping[str, int]) -> list[str]:
+    """The teams section of one run: where its specs came from (`sources`, as `ResultsStore.spec_sources`
+    counts them; the report has read them already), distribution of teams, then agents run by difficulty."""
     rows = {(r.item_id, r.seed): r for r in store.items(run.run_id)}
     tops = store.topologies(run.run_id)
     by_team: dict[str, list[ItemRow]] = defaultdict(list)
@@ -86,7 +87,7 @@ def teams_lines(store: ResultsStore, run: RunInfo) -> list[str]:
     lines = [f"### Teams written by {shown_method(run.method)} ({run.benchmark} `{run.split}`, {len(rows)} (item, "
              f"seed) pairs, {len(by_team)} distinct teams)", "", "| team | items | share | accuracy (%) | agents run |",
              "|---|---:|---:|---:|---:|"]
-    lines[1:1] = _sources_lines(store.spec_sources(run.run_id))
+    lines[1:1] = _sources_lines(sources)
     for team, team_rows in sorted(by_team.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"| `{team}` | {len(team_rows)} | {100 * len(team_rows) / len(rows):.0f} % | "
                      f"{100 * statistics.mean(r.correct for r in team_rows):.1f} | "
