@@ -94,18 +94,18 @@ def test_validate_lists_every_problem(tmp_path: Path, _isolated_home: Path) -> N
 
 
 def test_the_fallback_warning_is_printed_once(tmp_path: Path, _isolated_home: Path) -> None:
-    """The scripted writer's reply is no spec: the documented default spec is used, with ONE warning."""
+    """The scripted writer's reply is no spec: the default orchestration's team runs, with ONE warning."""
     proc = lemon("run", "2+2?", "--orchestrator", "prompted", "--pool", str(_scripted_pool(tmp_path)),
                  home=_isolated_home)
     assert proc.returncode == 0, proc.stderr
-    assert (proc.stdout + proc.stderr).count("using the default spec") == 1
+    assert (proc.stdout + proc.stderr).count("using the default orchestration's team") == 1
 
 
 def test_eval_prints_no_repair_warning_per_item(tmp_path: Path, _isolated_home: Path, data_dir: Path) -> None:
     proc = lemon("eval", "multiarith", "-m", "prompted", "--limit", "3", "--pool", str(_scripted_pool(tmp_path)),
                  "--store", str(tmp_path / "r.sqlite"), "--data-dir", str(data_dir), home=_isolated_home)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "default spec" not in proc.stderr and "warning" not in proc.stderr.lower()
+    assert "default orchestration" not in proc.stderr and "warning" not in proc.stderr.lower()
 
 
 def test_eval_uses_the_one_max_tokens_default_whatever_the_pools(tmp_path: Path, _isolated_home: Path,

@@ -134,8 +134,8 @@ async def test_a_prompted_eval_survives_an_orchestrator_reply_of_the_wrong_shape
 
 async def test_an_eval_whose_orchestrator_wrote_unusable_specs_says_what_share(tmp_path: Path,
                                                                                data_dir: Path) -> None:
-    """A policy's unusable output runs the default spec in its place (the six-benchmark SFT policy on MMLU: 28 of
-    60), so the accuracy partly measures that spec: the summary counts the specs by source and says so."""
+    """A policy's unusable output runs the fallback in its place (the six-benchmark SFT policy on MMLU: 28 of
+    60), so the accuracy partly measures the fallback: the summary counts the specs by source and says so."""
     items = _items(data_dir, 4)
     no_spec_for_two = _prompted_router(items, lambda i: Fault(200, completion("I would rather not." if i < 2
                                                                             else _ONE_SOLVER)))
@@ -144,7 +144,7 @@ async def test_an_eval_whose_orchestrator_wrote_unusable_specs_says_what_share(t
                                     pool="fault", level="small", pool_factory=lambda: _endpoint_pool(ep.base_url))
     assert summary.in_error == 0 and summary.stats.spec_sources == {"fallback": 2, "model": 2}
     lines = "\n".join(summary_lines(summary))
-    assert "50 % of specs unusable (the default ran)" in lines and "repaired" not in lines
+    assert "50 % of specs unusable (the fallback ran)" in lines and "repaired" not in lines
 
 
 def _cli(*args: str) -> list[str]:

@@ -39,13 +39,19 @@ def test_an_unknown_value_is_one_line_listing_the_valid_ones(value: str) -> None
         resolve_method(value)
 
 
-def test_only_a_trained_policy_has_an_identity_beyond_its_name(tmp_path: Path) -> None:
-    assert all(resolve_method(v).identity() is None for v in (*BASELINES, "prompted"))
-    assert str(resolve_method("template").identity()).startswith("teams:")  # a new team is a new run
+def test_only_orchestrators_have_an_identity_beyond_their_name(tmp_path: Path) -> None:
+    """A baseline's name is its identity; the template's teams are its own, and every orchestrator that may fall
+    back runs them in place of unusable output, so a change of the teams (or of the fallback, 2026-11-27) starts
+    a new run instead of resuming one drawn under the old ones."""
+    assert all(resolve_method(v).identity() is None for v in BASELINES)
+    teams = str(resolve_method("template").identity())
+    assert teams.startswith("teams:")  # a new team is a new run
+    assert resolve_method("prompted").identity() == f"fallback={teams}"
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "model.safetensors").write_bytes(b"w")
     assert isinstance(resolve_method(f"trained:{tmp_path}"), Trained)
-    assert str(resolve_method(f"trained:{tmp_path}").identity()).startswith("sha256:")
+    policy = str(resolve_method(f"trained:{tmp_path}").identity())
+    assert policy.startswith("sha256:") and policy.endswith(f";fallback={teams}")
 
 
 def _env(kind: str = "number", n_agents: int | None = None, level: str = "small") -> MethodEnv:

@@ -100,7 +100,7 @@ def test_teams_name_a_policy_under_lemon_home_by_its_place_there(tmp_path: Path,
 
 
 def test_a_policy_whose_specs_were_unusable_says_so_in_its_cell_and_teams(tmp_path: Path) -> None:
-    """On MMLU the six-benchmark SFT policy's output was unusable on 28 of 60 pairs and the default spec ran in
+    """On MMLU the six-benchmark SFT policy's output was unusable on 28 of 60 pairs and the fallback ran in
     its place; its cell said nothing of it. The cell and the teams section now count each spec's source."""
     with _store(tmp_path) as store:
         store.ensure_run("odd", benchmark="svamp", split="test", method="trained:runs/q", pool="cpu",
@@ -113,8 +113,8 @@ def test_a_policy_whose_specs_were_unusable_says_so_in_its_cell_and_teams(tmp_pa
         assert store.spec_sources("bank") == {}  # a fixed baseline has no orchestrator
         markdown = build_report(store).markdown
     odd = next(line for line in markdown.splitlines() if line.startswith("| trained:runs/q |"))
-    assert "(test, 3 x 1, 33 % of specs unusable (the default ran), 33 % repaired) |" in odd
+    assert "(test, 3 x 1, 33 % of specs unusable (the fallback ran), 33 % repaired) |" in odd
     pol = next(line for line in markdown.splitlines() if line.startswith("| trained:runs/p |"))
     assert "specs" not in pol
-    assert "Specs: 1 as written, 1 repaired, 1 unusable, so the default spec" in markdown
+    assert "Specs: 1 as written, 1 repaired, 1 unusable, so the fallback ran" in markdown
     assert markdown.count("Specs: ") == 1

@@ -52,7 +52,7 @@ def test_every_example_is_a_valid_spec_for_the_pools_levels_and_tasks_see_all_of
     shown = {templates.example_for(f"task number {i}", levels) for i in range(64)}
     assert len(shown) == len(templates.examples)  # the hash spreads tasks over every example
     for example in shown:
-        spec, source, warnings = spec_from_output(example, roles, levels)
+        spec, source, warnings = spec_from_output(example, "2+2?", roles, levels)
         assert source == "model" and not warnings, (example, warnings)
         assert {a.capacity for a in spec.agents} <= set(levels)
     # the choice is stable: the same task always sees the same example

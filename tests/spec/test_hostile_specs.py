@@ -45,7 +45,7 @@ def test_implicitly_typed_duties_never_raise_anything_but_spec_error(duty: str) 
     else:
         assert isinstance(spec.agents[0].duty, str)
     assert strict_spec(text, ROLES, LEVELS) is not None
-    assert spec_from_output(text, ROLES, LEVELS)[0].agents
+    assert spec_from_output(text, "2+2?", ROLES, LEVELS)[0].agents
 
 
 def test_an_impossible_date_is_read_as_the_duty_text() -> None:
@@ -64,7 +64,7 @@ def test_json_numbers_over_the_int_limit_are_spec_errors() -> None:
 def test_a_list_where_a_name_belongs_is_repaired_not_a_type_error() -> None:
     """The prompted orchestrator's repair path looked lists up in a dict and a set (TypeError)."""
     text = "agents:\n  - {name: a, role: [x, y], capacity: small}\noutput: [/bold]\n"
-    spec, source, _ = spec_from_output(text, ROLES, LEVELS)
+    spec, source, _ = spec_from_output(text, "2+2?", ROLES, LEVELS)
     assert source == "repaired" and spec.agents[0].role == "generalist" and spec.output == "a"
 
 
@@ -174,5 +174,5 @@ def test_only_spec_error_ever_escapes(text: str) -> None:
         assert all(isinstance(a.duty, str) and isinstance(a.name, str) for a in spec.agents)
     result = strict_spec(text, ROLES, LEVELS)
     assert (result.spec is None) == (result.error is not None)
-    spec, source, _ = spec_from_output(text, ROLES, LEVELS)
+    spec, source, _ = spec_from_output(text, "2+2?", ROLES, LEVELS)
     assert source in ("model", "repaired", "fallback") and spec.agents

@@ -100,7 +100,7 @@ class EvalSettings:
         if self.budget_tokens is not None:
             identity["budget_rule"] = BUDGET_RULE
         method = self.method.identity()
-        if method is not None:  # only trained runs carry it, so other run ids stay as they were
+        if method is not None:  # only orchestrators carry it (their teams, their fallback): baseline ids stay
             identity["policy"] = method
         return identity
 

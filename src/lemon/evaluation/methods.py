@@ -111,6 +111,24 @@ class Method(Protocol):
     def bind(self, env: MethodEnv) -> SpecWriter: ...
 
 
+def teams_identity() -> str:
+    """`teams:` and a hash of the default orchestration's teams as data (`template.teams_data`)."""
+    from lemon.orchestrator.template import teams_data
+
+    data = json.dumps(teams_data(), sort_keys=True, separators=(",", ":")).encode()
+    return "teams:" + hashlib.sha256(data).hexdigest()[:16]
+
+
+def fallback_identity() -> str:
+    """What an orchestrator's unusable output runs (`repair.fallback_spec`), in its run's identity.
+
+    The fallback was a fixed spec (`fallback.yaml`) until 2026-11-27 and is the template's team since; the
+    runs drawn with the old one keep their ids and are not resumed into, and a change of the teams moves
+    these runs as it moves the template's.
+    """
+    return "fallback=" + teams_identity()
+
+
 # ---- baselines: a fixed spec --------------------------------------------------------------------------
 
 
@@ -184,10 +202,7 @@ class Template:
     def identity(self) -> str | None:
         """The teams themselves (not the comments of their data file): a run written by one team is never
         resumed by another (the number team became a stop-rule vote on 2026-11-24; the run id did not move)."""
-        from lemon.orchestrator.template import teams_data
-
-        data = json.dumps(teams_data(), sort_keys=True, separators=(",", ":")).encode()
-        return "teams:" + hashlib.sha256(data).hexdigest()[:16]
+        return teams_identity()
 
     def bind(self, env: MethodEnv) -> SpecWriter:
         return _orchestrated(self.name, env)
@@ -200,7 +215,8 @@ class Prompted:
     name: str = "prompted"
 
     def identity(self) -> str | None:
-        return None
+        """The fallback's teams: unusable output runs the default orchestration's team (`fallback_identity`)."""
+        return fallback_identity()
 
     def bind(self, env: MethodEnv) -> SpecWriter:
         return _orchestrated(self.name, env)
@@ -217,7 +233,7 @@ class Trained:
         return f"trained:{self.path}"
 
     def identity(self) -> str | None:
-        """The sha256 of the policy's weights and config.
+        """The sha256 of the policy's weights and config, and the fallback (`fallback_identity`).
 
         The path alone does not identify a policy (lemon train rewrites `final/` in place), so, as with pool
         files, a different model at the same path starts a new run instead of resuming into another model's
@@ -234,7 +250,7 @@ class Trained:
             with f.open("rb") as fh:
                 for block in iter(functools.partial(fh.read, 1 << 22), b""):
                     digest.update(block)
-        return "sha256:" + digest.hexdigest()[:16]
+        return f"sha256:{digest.hexdigest()[:16]};{fallback_identity()}"
 
     def bind(self, env: MethodEnv) -> SpecWriter:
         return _orchestrated(self.name, env)  # says if the path is missing

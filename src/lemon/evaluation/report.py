@@ -61,8 +61,8 @@ class RunStats:
     # cell measures the limit, not the method (AQuA at 384: 151 of 300 voters). None when the limit is unknown.
     replies_at_limit: int | None = None
     # Where the run's specs came from (`ResultsStore.spec_sources`: model / repaired / fallback / template); empty
-    # for a fixed baseline. A policy whose output was unusable ran the default spec instead, so its cell then
-    # measures that spec, not the policy (the six-benchmark SFT policy on MMLU: 28 of 60).
+    # for a fixed baseline. A policy whose output was unusable ran the fallback instead, so its cell then
+    # measures the fallback, not the policy (the six-benchmark SFT policy on MMLU: 28 of 60).
     spec_sources: Mapping[str, int] = field(default_factory=dict)
 
     @property

@@ -460,7 +460,7 @@ class ResultsStore:
 
     def spec_sources(self, run_id: str) -> dict[str, int]:
         """How many of a run's specs came from each source of its orchestrator's decision (`model`: valid as
-        written, `repaired`, `fallback`: the default spec ran in place of unusable output, `template`); empty for
+        written, `repaired`, `fallback`: `repair.fallback_spec` ran in place of unusable output, `template`); empty for
         a fixed baseline, which has no orchestrator. Read inside SQLite, like `topologies`."""
         rows = self._rows("SELECT json_extract(e.value, '$.source') AS source, COUNT(*) AS n FROM traces AS t, "
                           "json_each(t.trace_json, '$.events') AS e WHERE t.run_id = ? AND json_valid(t.trace_json) "

@@ -83,18 +83,18 @@ def _cut(s: RunStats) -> str:
 
 
 #: A cell says what share of its specs the orchestrator did not write as they ran from this share up: repaired
-#: ones, and unusable output replaced by the default spec (the cell then partly measures that spec).
+#: ones, and unusable output replaced by the fallback (the cell then partly measures the fallback).
 SPEC_SHARE_SHOWN = 0.10
 
 
 def specs_note(sources: Mapping[str, int]) -> str:
-    """`47 % of specs unusable (the default ran), 30 % repaired` where a tenth or more of a run's specs (counted
+    """`47 % of specs unusable (the fallback ran), 30 % repaired` where a tenth or more of a run's specs (counted
     by source, `ResultsStore.spec_sources`) were not its orchestrator's as written; else empty."""
     total = sum(sources.values())
     fallback, repaired = sources.get("fallback", 0), sources.get("repaired", 0)
     if not total or fallback + repaired < SPEC_SHARE_SHOWN * total:
         return ""
-    parts = [f"{100 * fallback / total:.0f} % of specs unusable (the default ran)"] if fallback else []
+    parts = [f"{100 * fallback / total:.0f} % of specs unusable (the fallback ran)"] if fallback else []
     parts += [f"{100 * repaired / total:.0f} % {'' if fallback else 'of specs '}repaired"] if repaired else []
     return ", ".join(parts)
 

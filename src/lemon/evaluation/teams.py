@@ -97,12 +97,12 @@ def teams_lines(store: ResultsStore, run: RunInfo, sources: Mapping[str, int]) -
 
 #: How the report names each source of a spec (`orchestrator.base.Source`).
 _SOURCE_WORDS = {"model": "as written", "repaired": "repaired",
-                 "fallback": "unusable, so the default spec (orchestrator/prompts/fallback.yaml) ran"}
+                 "fallback": "unusable, so the fallback ran (`repair.fallback_spec`)"}
 
 
 def _sources_lines(sources: Mapping[str, int]) -> list[str]:
     """`Specs: 14 as written, 18 repaired, 28 unusable, ...`: where the orchestrator's specs came from, when
-    any was not its own as written (a team below may then be the default spec, not the policy's choice)."""
+    any was not its own as written (a team below may then be the fallback, not the policy's choice)."""
     if not set(sources) - {"model", "template"}:
         return []
     said = [f"{sources[k]} {w}" for k, w in _SOURCE_WORDS.items() if sources.get(k)]

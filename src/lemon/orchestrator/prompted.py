@@ -2,7 +2,8 @@
 
 Constrained decoding makes the syntax valid; it cannot make the spec meaningful (a tiny model may name a
 final agent that does not exist), so every reply goes through `spec_from_output`: validate, repair what is
-mechanical, otherwise fall back to the documented default spec with a visible warning.
+mechanical, otherwise fall back to the default orchestration's team for the task (`repair.fallback_spec`)
+with a visible warning.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class PromptedOrchestrator:
             json_schema=self._schema if self.constrained else None,
         )
         completion = await self.pool.backend(self.level).complete(request)
-        spec, source, warnings = spec_from_output(completion.text, self.roles, self.pool.level_names)
+        spec, source, warnings = spec_from_output(completion.text, task, self.roles, self.pool.level_names)
         for w in warnings:
             log.info("orchestrator: %s", w)  # the Proposal carries it; the caller shows it once
         return Proposal(

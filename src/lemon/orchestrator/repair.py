@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from importlib import resources
 from typing import Any
 
 from lemon.errors import SpecError
+from lemon.orchestrator.template import task_kind, team_spec
 from lemon.spec.model import MAX_AGENTS, MAX_DUTY_LEN, NAME_PATTERN, Spec
 from lemon.spec.parse import load_data, parse_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
-from lemon.yamlfile import load_yaml
 
 _NAME_RE = re.compile(NAME_PATTERN)
 _BAD_DUTY_CHARS = re.compile(r'["\\\x00-\x1f\x7f]')
@@ -124,14 +123,16 @@ def _repair_output(output: Any, agents: list[dict[str, Any]], warnings: list[str
     return str(new_output)
 
 
-def fallback_spec(levels: Sequence[str]) -> Spec:
-    """The documented default spec (orchestrator/prompts/fallback.yaml) mapped onto this pool's levels."""
-    text = (resources.files("lemon.orchestrator") / "prompts" / "fallback.yaml").read_text(encoding="utf-8")
-    data = load_yaml(text)
-    position = {"bottom": levels[0], "middle": levels[len(levels) // 2], "top": levels[-1]}
-    for agent in data["agents"]:
-        agent["capacity"] = position[agent["capacity"]]
-    return Spec.model_validate(data)
+def fallback_spec(task: str, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
+    """What runs in place of unusable output: the default orchestration's team for the task's answer kind.
+
+    Why not a fixed default spec (`prompts/fallback.yaml`, a 0.5B solver then a 1.5B critic, until
+    2026-11-27): on MMLU the six-benchmark table's trained policies wrote unusable output on 28 and 24 of 60
+    pairs, and that spec scored below chance there (the critic kept the weak solver's option on 48 of 52);
+    HumanEval asks for code, not a spec, so it ran on all 60. The template's team is the measured best default
+    for each kind (`prompts/teams.yaml` says why), so a failed orchestrator costs what no orchestration would.
+    """
+    return team_spec(task_kind(task), roles, levels)
 
 
 def downstream_output(spec: Spec) -> tuple[Spec, str | None]:
@@ -154,9 +155,9 @@ def downstream_output(spec: Spec) -> tuple[Spec, str | None]:
 
 
 def spec_from_output(
-    raw: str, roles: RoleLibrary, levels: Sequence[str]
+    raw: str, task: str, roles: RoleLibrary, levels: Sequence[str]
 ) -> tuple[Spec, str, tuple[str, ...]]:
-    """(spec, source, warnings) for a raw orchestrator reply; never raises for bad model output."""
+    """(spec, source, warnings) for a raw orchestrator reply to `task`; never raises for bad model output."""
     text = extract_object_text(raw)
     try:
         spec, moved = downstream_output(validate_spec(parse_spec(text), roles, levels))
@@ -169,8 +170,8 @@ def spec_from_output(
         extra = () if moved is None else (moved,)
         return spec, "repaired", (f"spec repaired ({reason})", *warnings, *extra)
     except (SpecError, ValueError) as exc:
-        spec = validate_spec(fallback_spec(levels), roles, levels)
-        return spec, "fallback", (f"orchestrator output unusable ({reason}; {exc}); using the default spec",)
+        return fallback_spec(task, roles, levels), "fallback", (
+            f"orchestrator output unusable ({reason}; {exc}); using the default orchestration's team",)
 
 
 def _resolve_dependencies(agents: list[dict[str, Any]], warnings: list[str]) -> list[dict[str, Any]]:

@@ -102,7 +102,7 @@ class TrainedOrchestrator:
 
     async def propose(self, task: str, *, seed: int = 0) -> Proposal:
         raw, prompt_tokens, completion_tokens = await self._complete(task, seed)
-        spec, source, warnings = spec_from_output(raw, self.roles, self.levels)
+        spec, source, warnings = spec_from_output(raw, task, self.roles, self.levels)
         for w in warnings:
             log.info("trained orchestrator: %s", w)  # the Proposal carries it; the caller shows it once
         return Proposal(spec=spec, source=source, raw=raw, warnings=warnings,  # type: ignore[arg-type]

@@ -3,7 +3,7 @@
 Without a warm start the early GRPO groups are almost all invalid (a penalty and nothing to learn from), so
 the policy first learns the canonical format from a stronger teacher: the prompted orchestrator on a pool
 level (default: the `large` CPU model under its JSON grammar). Only specs that validate as written or after
-mechanical repair are kept (a `fallback` means the teacher failed, and training on the default spec would
+mechanical repair are kept (a `fallback` means the teacher failed, and training on the fallback would
 teach nothing about the task); `require_correct` also executes each spec and keeps only correct ones. The
 target is the CANONICAL text of the spec (`render_spec`), i.e. exactly what GRPO later credits field by field.
 
