@@ -143,6 +143,10 @@ async def test_an_eval_whose_orchestrator_wrote_unusable_specs_says_what_share(t
         summary = await evaluate_kw("multiarith", "prompted", limit=4, store=tmp_path / "r.sqlite", data_dir=data_dir,
                                     pool="fault", level="small", pool_factory=lambda: _endpoint_pool(ep.base_url))
     assert summary.in_error == 0 and summary.stats.spec_sources == {"fallback": 2, "model": 2}
+    with ResultsStore(tmp_path / "r.sqlite") as db:
+        teams = {item: [a["role"] for a in top["agents"]] for (item, _), top in db.topologies(summary.run_id).items()}
+    fallback_team = ["math_solver"] * 3 + ["majority_vote"]  # the template's number team, not a solver + critic
+    assert sorted(teams.values()) == [["math_solver"]] * 2 + [fallback_team] * 2
     lines = "\n".join(summary_lines(summary))
     assert "50 % of specs unusable (the fallback ran)" in lines and "repaired" not in lines
 
