@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,24 +110,6 @@ class Method(Protocol):
     def bind(self, env: MethodEnv) -> SpecWriter: ...
 
 
-def teams_identity() -> str:
-    """`teams:` and a hash of the default orchestration's teams as data (`template.teams_data`)."""
-    from lemon.orchestrator.template import teams_data
-
-    data = json.dumps(teams_data(), sort_keys=True, separators=(",", ":")).encode()
-    return "teams:" + hashlib.sha256(data).hexdigest()[:16]
-
-
-def fallback_identity() -> str:
-    """What an orchestrator's unusable output runs (`repair.fallback_spec`), in its run's identity.
-
-    The fallback was a fixed spec (`fallback.yaml`) until 2026-11-27 and is the template's team since; the
-    runs drawn with the old one keep their ids and are not resumed into, and a change of the teams moves
-    these runs as it moves the template's.
-    """
-    return "fallback=" + teams_identity()
-
-
 # ---- baselines: a fixed spec --------------------------------------------------------------------------
 
 
@@ -202,6 +183,8 @@ class Template:
     def identity(self) -> str | None:
         """The teams themselves (not the comments of their data file): a run written by one team is never
         resumed by another (the number team became a stop-rule vote on 2026-11-24; the run id did not move)."""
+        from lemon.orchestrator.template import teams_identity
+
         return teams_identity()
 
     def bind(self, env: MethodEnv) -> SpecWriter:
@@ -216,6 +199,8 @@ class Prompted:
 
     def identity(self) -> str | None:
         """The fallback's teams: unusable output runs the default orchestration's team (`fallback_identity`)."""
+        from lemon.orchestrator.repair import fallback_identity
+
         return fallback_identity()
 
     def bind(self, env: MethodEnv) -> SpecWriter:
@@ -239,6 +224,7 @@ class Trained:
         files, a different model at the same path starts a new run instead of resuming into another model's
         results.
         """
+        from lemon.orchestrator.repair import fallback_identity
         from lemon.orchestrator.trained import resolve_policy_path
 
         path = resolve_policy_path(self.path)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lemon.errors import SpecError
-from lemon.orchestrator.template import task_kind, team_spec
+from lemon.orchestrator.template import task_kind, team_spec, teams_identity
 from lemon.spec.model import MAX_AGENTS, MAX_DUTY_LEN, NAME_PATTERN, Spec
 from lemon.spec.parse import load_data, parse_spec
 from lemon.spec.roles import RoleLibrary
@@ -133,6 +133,16 @@ def fallback_spec(task: str, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
     for each kind (`prompts/teams.yaml` says why), so a failed orchestrator costs what no orchestration would.
     """
     return team_spec(task_kind(task), roles, levels)
+
+
+def fallback_identity() -> str:
+    """What `fallback_spec` runs, for the identity of a run whose orchestrator may fall back (prompted, trained).
+
+    Beside `fallback_spec` so that a change of one is seen with the other: runs drawn under another fallback
+    (`fallback.yaml`'s, before 2026-11-27) are never resumed into, and a change of the teams moves these runs
+    as it moves the template's.
+    """
+    return "fallback=" + teams_identity()
 
 
 def downstream_output(spec: Spec) -> tuple[Spec, str | None]:

@@ -12,6 +12,8 @@ options such as `(A) ...` / `B) ...` -> `choice`; anything else -> `number` (wor
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Sequence
 from functools import cache
@@ -48,6 +50,13 @@ def teams_data() -> dict[str, Any]:
     text = (resources.files("lemon.orchestrator") / "prompts" / "teams.yaml").read_text("utf-8")
     return load_yaml(text)
 
+
+
+def teams_identity() -> str:
+    """`teams:` and a hash of the teams as data (not the comments of their file): what a run's identity holds,
+    so a run written by one team is never resumed by another."""
+    data = json.dumps(teams_data(), sort_keys=True, separators=(",", ":")).encode()
+    return "teams:" + hashlib.sha256(data).hexdigest()[:16]
 
 
 def resolve_capacity(relative: str, levels: Sequence[str]) -> str:
