@@ -43,6 +43,8 @@ from lemon.evaluation.methods import method_help, shown_level
 _METHOD_HELP = method_help()
 _COMPARE_HELP = ("Paired exact McNemar test of two methods (or run ids), e.g. --compare cot,sc-cot; repeat it "
                  "for more pairs. `--compare template,best` pairs the template with the most accurate fixed baseline.")
+_REPLIES_HELP = ("Also show, per benchmark, where each multi-agent run lost its answer: every agent's reply graded "
+                 "alone (reads the benchmark's items, --data-dir).")
 
 
 def _parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -243,6 +245,8 @@ def report_cmd(
     file: Annotated[Path | None, opt("file", help="Write the markdown to this file, e.g. docs/results.md.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write accuracy-vs-tokens PNG, e.g. docs/x.png.")] = None,
     compare: Annotated[list[str] | None, typer.Option(help=_COMPARE_HELP)] = None,
+    replies: Annotated[bool, typer.Option(help=_REPLIES_HELP)] = False,
+    data_dir: DataDirOpt = None,
 ) -> None:
     """Tables of accuracy (mean ± std over seeds) and tokens per benchmark, paired tests, and a plot."""
     from lemon.cli.options import output_file
@@ -258,7 +262,7 @@ def report_cmd(
     if plot is None and out is not None and markdown is not None and markdown.parent == out:
         plot = out / "accuracy-vs-tokens.png"
     with ResultsStore(path) as db:
-        report = build_report(db, out=markdown, plot=plot, compare=pairs)
+        report = build_report(db, out=markdown, plot=plot, compare=pairs, replies=replies, data_dir=data_dir)
     # The markdown as written, not rendered: a rendered table shrinks its columns to the terminal and cut the run
     # ids that the other commands take.
     console.print(report.markdown, markup=False, highlight=False, soft_wrap=True)

@@ -77,7 +77,7 @@ _READERS = frozenset({"trace", "view", "report", "export csv", "export inspect",
 TAKES: dict[str, frozenset[str]] = {
     "pool": _RUNNERS | {"validate", "models", "explain", "train", "serve"},
     "no_cache": _RUNNERS | {"explain", "train", "sft"},
-    "data_dir": frozenset({"eval", "explain", "train", "sft"}),
+    "data_dir": frozenset({"eval", "explain", "train", "sft", "report"}),
     "threads": _RUNNERS | {"explain", "train", "sft", "serve"},
     "seed": _RUNNERS | {"explain", "trace", "view", "train", "sft"},
     "max_tokens": _RUNNERS | {"explain"},

@@ -26,7 +26,9 @@ from typing import Any
 
 import yaml
 
+from lemon.benchmarks.base import DataDir
 from lemon.errors import LemonError, StorageError
+from lemon.evaluation.agent_replies import replies_lines
 from lemon.evaluation.baselines import method_names
 from lemon.evaluation.methods import run_label, shown_level, shown_method, uses_level
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
@@ -335,11 +337,12 @@ def _fmt_tokens(x: float) -> str:
 
 
 def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResult], *, store_path: Path,
-                    generated_at: str, teams: Mapping[str, Sequence[str]] | None = None,
+                    generated_at: str, sections: Mapping[str, Sequence[str]] | None = None,
                     pair: PairFn | None = None) -> str:
     """The results document: provenance line, the cross-benchmark table (with `pair`, its paired tests against
-    each benchmark's best baseline), one table per benchmark, the paired tests, then the teams each
-    orchestrating method wrote (`teams`: benchmark -> markdown lines, see `lemon.evaluation.teams`)."""
+    each benchmark's best baseline), one table per benchmark, the paired tests, then each benchmark's further
+    `sections` (benchmark -> markdown lines: the teams each orchestrating method wrote, `lemon.evaluation.teams`,
+    and where the answer was lost, `lemon.evaluation.agent_replies`)."""
     lines = [
         "# LEMON evaluation results",
         "",
@@ -377,8 +380,8 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
         lines += _render_front([s for s in stats if s.run.benchmark == bench])
         for c in (c for c in comparisons if c.run_a.benchmark == bench):
             lines += ["", *_render_comparison(c)]
-        if teams and teams.get(bench):
-            lines += ["", *teams[bench]]
+        if sections and sections.get(bench):
+            lines += ["", *sections[bench]]
     return "\n".join(lines) + "\n"
 
 
@@ -462,6 +465,19 @@ BEGIN_MARK = "<!-- lemon report: begin -->"
 END_MARK = "<!-- lemon report: end -->"
 
 
+def _sections(store: ResultsStore, runs: Sequence[RunInfo], sources: Mapping[str, Mapping[str, int]], *,
+              replies: bool, data_dir: DataDir) -> dict[str, list[str]]:
+    """Per benchmark, the sections after its tables: the teams each orchestrating run wrote, then (with
+    `replies`) where each multi-agent run lost its answer."""
+    sections: dict[str, list[str]] = defaultdict(list)
+    for run in adaptive_runs(store, runs, method_names()):
+        sections[run.benchmark] += teams_lines(store, run, sources[run.run_id])
+    if replies:
+        for bench, lines in replies_lines(store, runs, data_dir).items():
+            sections[bench] += lines
+    return sections
+
+
 def write_report(out: Path, markdown: str) -> None:
     """Write the report to `out`; if `out` already holds the begin/end marks, replace only what lies between
     them (headings demoted one level), so a hand-written results document can embed a generated table."""
@@ -481,10 +497,13 @@ def write_report(out: Path, markdown: str) -> None:
 
 
 def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | None = None,
-                 compare: Sequence[tuple[str, str]] = (), now: datetime | None = None) -> Report:
+                 compare: Sequence[tuple[str, str]] = (), now: datetime | None = None, replies: bool = False,
+                 data_dir: DataDir = None) -> Report:
     """Read every run in the store, render the markdown (and write it to `out`), and draw `plot`.
 
     `compare` lists the (method or run id, method or run id or "best") pairs to test, in the order shown.
+    `replies`: add where each multi-agent run lost its answer (`agent_replies`; reads the benchmark's items
+    from `data_dir`, or LEMON_DATA_DIR).
     """
     generated_at = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     order = {m: i for i, m in enumerate((*method_names(), "prompted"))}
@@ -510,11 +529,9 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
             raise LemonError(f"--compare {a},{b}: no two runs share benchmark, split, pool "
                              "and level; run both methods with the same --split/--pool/--level first")
         comparisons.extend(found)
-    teams: dict[str, list[str]] = defaultdict(list)
-    for run in adaptive_runs(store, runs, method_names()):
-        teams[run.benchmark] += teams_lines(store, run, sources[run.run_id])
-    markdown = render_markdown(stats, comparisons, store_path=store.path, generated_at=generated_at, teams=teams,
-                               pair=pair)
+    sections = _sections(store, runs, sources, replies=replies, data_dir=data_dir)
+    markdown = render_markdown(stats, comparisons, store_path=store.path, generated_at=generated_at,
+                               sections=sections, pair=pair)
     if out is not None:
         write_report(out, markdown)
     plot_path = plot_accuracy_vs_tokens(stats, plot, store_path=store.path, generated_at=generated_at) \
