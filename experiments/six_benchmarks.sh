@@ -104,10 +104,11 @@ if wants topologies; then
     for method in chain tree complete random; do evaluate "$bench" "$method" --level large; done
   done
 fi
-if wants report; then  # paired tests against the best fixed baseline of each benchmark (any level for orchestrators)
+if wants report; then  # paired tests against the best fixed baseline of each benchmark (any level for orchestrators),
+  # and where each multi-agent team lost its answer (--replies)
   compare=(--compare "vanilla,best" --compare "template,best")
   for policy in $trained; do compare+=(--compare "trained:$policy,best"); done
-  lemon report --store "$store" "${compare[@]}"
+  lemon report --store "$store" --replies "${compare[@]}"
 fi
 if [ -n "$failed" ]; then echo "six_benchmarks: $failed; the table has the policies that exist:${trained:- none}" >&2; exit 1; fi
 exit 0
