@@ -30,12 +30,17 @@ class ReplyTally:
 
     pairs: int = 0
     output_right: int = 0
-    some_other_right: int = 0
     lost: int = 0
     alone: int = 0
     none_right: int = 0
     agent_right: Counter[str] = field(default_factory=Counter)
     agent_replies: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def some_other_right(self) -> int:
+        """Pairs on which some agent other than the output was right: the lost ones, and the output's right
+        ones that it did not get alone."""
+        return self.lost + self.output_right - self.alone
 
     def other_accuracy(self, output: str) -> float:
         """The share of the other agents' replies that were right on their own (all agents pooled)."""
@@ -57,7 +62,7 @@ def tally_pair(tally: ReplyTally, graded: Mapping[str, bool], output: str, outpu
     others = any(ok for agent, ok in graded.items() if agent != output)
     return ReplyTally(
         pairs=tally.pairs + 1, output_right=tally.output_right + output_right,
-        some_other_right=tally.some_other_right + others, lost=tally.lost + (others and not output_right),
+        lost=tally.lost + (others and not output_right),
         alone=tally.alone + (output_right and not others),
         none_right=tally.none_right + (not others and not output_right),
         agent_right=tally.agent_right + Counter(a for a, ok in graded.items() if ok),
