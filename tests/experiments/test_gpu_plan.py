@@ -3,7 +3,6 @@ the carried files into and puts back together (sha256-checked), and where `run` 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,20 +11,13 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.experiments import load_script
+
 ROOT = Path(__file__).parents[2]
 SCRIPT = ROOT / "experiments" / "gpu.sh"
 
 
-def _plan_module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("gpu_plan", ROOT / "experiments" / "gpu_plan.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_plan"] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-gpu = _plan_module()
+gpu = load_script("gpu_plan")
 
 
 def _sh(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

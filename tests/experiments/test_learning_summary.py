@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.train.verified import candidate_specs
-
-ROOT = Path(__file__).parents[2]
-
-
-def _module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("learning_summary", ROOT / "experiments" / "learning_summary.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["learning_summary"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from tests.experiments import load_script
 
 
 def test_shares_of_strongest_level_and_single_agent_specs_per_window(tmp_path: Path) -> None:
@@ -31,6 +19,6 @@ def test_shares_of_strongest_level_and_single_agent_specs_per_window(tmp_path: P
                          "success": ok, "tokens": 100}) for s, label, ok in rows]
     lines.append(json.dumps({"step": 2, "valid": False, "completion": "oops", "success": 0.0, "tokens": 0}))
     (tmp_path / "samples.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    out = _module().summarize(tmp_path, 1, "large")
+    out = load_script("learning_summary").summarize(tmp_path, 1, "large")
     assert "valid 2/2  success 0.00  all-large 0.00  one-agent 0.50" in out[1]
     assert "valid 2/3  success 1.00  all-large 1.00  one-agent 0.50" in out[2]
