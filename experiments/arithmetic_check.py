@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from lemon.benchmarks.base import Benchmark, Item
 from lemon.benchmarks.registry import get_benchmark, load_split
 from lemon.errors import run_script
+from lemon.evaluation.agent_replies import graded_replies
 from lemon.evaluation.bank import bank_keys, is_bank_run
 from lemon.evaluation.store import ResultsStore
 from lemon.paths import lemon_home
@@ -111,20 +112,20 @@ def study(store: ResultsStore, bench: Benchmark, items: dict[str, Item], split: 
 
 
 def _pair_counts(bench: Benchmark, item: Item, replies: list[str]) -> Counter[str]:
-    def right(text: str) -> bool:
-        answer = bench.extract(text, item)
-        return answer is not None and bench.check(answer, item)
+    """One pair's counts: each reply graded alone (`graded_replies`), and the two votes' winners."""
+    graded = graded_replies(bench, item, {str(i): reply for i, reply in enumerate(replies)})
+    right = [graded[str(i)] for i in range(len(replies))]
 
     def key(text: str) -> str | None:
         answer = bench.extract(text, item)
         return None if answer is None else str(answer)
 
-    counts = Counter(pairs=1, replies=len(replies), plain=right(majority_vote(replies, key)),
-                     checked_vote=right(checked_vote(replies, key)))
-    for reply in replies:
+    counts = Counter(pairs=1, replies=len(replies), right=sum(right),
+                     plain=right[replies.index(majority_vote(replies, key))],
+                     checked_vote=right[replies.index(checked_vote(replies, key))])
+    for reply, ok in zip(replies, right, strict=True):
         checked, wrong = arithmetic_errors(reply)
-        counts.update(stated=checked > 0, wrong=wrong > 0, wrong_but_right=wrong > 0 and right(reply),
-                      right=right(reply))
+        counts.update(stated=checked > 0, wrong=wrong > 0, wrong_but_right=wrong > 0 and ok)
     return counts
 
 
