@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import operator
 import re
@@ -73,6 +74,7 @@ def _value(node: ast.AST) -> float:
     raise ValueError("not arithmetic")
 
 
+@functools.cache  # checked_vote and the counts read each reply: parse it once
 def arithmetic_errors(text: str) -> tuple[int, int]:
     """(statements checked, statements whose stated result is wrong) in one reply. A result rounded to cents
     or to half a percent of itself counts as right; an expression Python cannot read is not checked."""
