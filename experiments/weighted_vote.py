@@ -113,6 +113,17 @@ def _key(bench: Benchmark, text: str, item: object) -> str | None:
     return None if answer is None else str(answer)
 
 
+def within_item_auroc(pairs: list[list[Voter]], signal: str) -> float:
+    """P(a right reply's signal > a wrong reply's of the SAME item), ties half, over the items with both: what a
+    weighted vote needs (an AUROC over all replies also rewards telling easy items from hard ones)."""
+    wins = total = 0.0
+    for pair in pairs:
+        for r in (v.signal(signal) for v in pair if v.right):
+            for w in (v.signal(signal) for v in pair if not v.right):
+                wins, total = wins + (r > w) + 0.5 * (r == w), total + 1
+    return wins / total if total else float("nan")
+
+
 def rule_lines(pairs: list[list[Voter]]) -> list[str]:
     """One line per rule: right pairs, wins / losses against the plain vote, McNemar's exact p."""
     def right_under(signal: str, temperature: float) -> list[bool]:
@@ -122,7 +133,8 @@ def rule_lines(pairs: list[list[Voter]]) -> list[str]:
     plain = right_under("sum", math.inf)
     lines = [f"  plain vote: {sum(plain)}/{len(pairs)}; a voter right: "
              f"{sum(any(v.right for v in p) for p in pairs)}; the surest reply alone: "
-             f"{sum(max(p, key=lambda v: v.score).right for p in pairs)}"]
+             f"{sum(max(p, key=lambda v: v.score).right for p in pairs)}; within-item AUROC: sum "
+             f"{within_item_auroc(pairs, 'sum'):.3f}, mean {within_item_auroc(pairs, 'mean'):.3f}"]
     for signal, temperature in RULES:
         right = right_under(signal, temperature)
         wins = sum(r and not q for r, q in zip(right, plain, strict=True))

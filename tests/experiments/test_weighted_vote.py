@@ -47,3 +47,15 @@ def test_the_mean_signal_divides_by_the_completion_tokens() -> None:
     voter = weighted.Voter(key="3", right=True, score=-30.0, tokens=60)
     assert voter.signal("sum") == -30.0 and voter.signal("mean") == -0.5
     assert weighted.Voter(key=None, right=False, score=-4.0, tokens=0).signal("mean") == -4.0
+
+
+def test_the_within_item_auroc_compares_replies_of_one_item_only() -> None:
+    """Item A's replies all score far above item B's; within each item the right one is surer in A and less sure in
+    B: 0.5, where an AUROC over all replies would read 0.75."""
+    def voter(right: bool, score: float) -> object:
+        return weighted.Voter(key="1", right=right, score=score, tokens=10)
+
+    pairs = [[voter(True, -5.0), voter(False, -9.0)], [voter(True, -90.0), voter(False, -80.0)],
+             [voter(True, -1.0), voter(True, -2.0)]]  # no wrong reply: not counted
+    assert weighted.within_item_auroc(pairs, "sum") == 0.5
+    assert weighted.within_item_auroc(pairs[2:], "sum") != weighted.within_item_auroc(pairs[2:], "sum")  # nan
