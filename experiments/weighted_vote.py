@@ -88,12 +88,13 @@ async def scored_pairs(bench: Benchmark, split: str, store: ResultsStore, live: 
     try:
         for item_id, seed in sorted(keys):
             item, run_seed = items[item_id], item_seed(bench.name, item_id, seed)
-            result = await executor.run(spec, bench.prompt(item), seed=run_seed,
+            prompt = bench.prompt(item)
+            result = await executor.run(spec, prompt, seed=run_seed,
                                         vote_key=lambda text, it=item: bench.extract(text, it))
             voters = spec.agents[:-1]
             graded = graded_replies(bench, item, {a.name: result.outputs[a.name] for a in voters})
             try:
-                scores = [await scorer.score(executor.request(a, bench.prompt(item), {}, spec, run_seed),  # type: ignore[attr-defined]
+                scores = [await scorer.score(executor.request(a, prompt, {}, spec, run_seed),  # type: ignore[attr-defined]
                                              result.outputs[a.name]) for a in voters]
             except BackendError:
                 missing += 1
