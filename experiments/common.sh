@@ -33,7 +33,8 @@ lemon_jobs() {  # one `lemon eval`, as JOBS processes on the same run; fails if 
 logged_eval() {  # LOG lemon-args...: one resumable `lemon eval` (as lemon_jobs), its line appended to LOG first
   local log="$1" commit
   shift
-  commit="$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # LEMON_COMMIT names it where the tree is a copy without .git (a lent GPU machine's, experiments/gpu.sh)
+  commit="$(git -C "$(dirname "${BASH_SOURCE[0]}")" rev-parse --short HEAD 2>/dev/null || echo "${LEMON_COMMIT:-unknown}")"
   echo "$(date -u +%FT%TZ) commit=$commit lemon $* jobs=$jobs threads=${THREADS:-all}" >> "$log"
   lemon_jobs "$@"
 }

