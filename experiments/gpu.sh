@@ -96,13 +96,23 @@ gpu_env() {  # the environment of every stage, and what differs in the rehearsal
   export POOL  # gpu_plan.py ggufs: the model files this pool needs
 }
 
+cuda_library_path() {  # the folders holding the CUDA runtime and cuBLAS a CUDA llama.cpp loads (the image keeps
+                       # them in torch's pip packages, off the loader's path), found once and kept in $WORK
+  local found=$WORK/cuda-libs.txt
+  mkdir -p "$WORK"
+  if [ ! -s "$found" ]; then
+    find /usr/local /opt /usr/lib \( -name 'libcublas.so.1[0-9]' -o -name 'libcudart.so.1[0-9]' \) 2>/dev/null |
+      xargs -r -n1 dirname | sort -u | paste -sd: - > "$found" || true
+  fi
+  cat "$found"
+}
+
 table_env() {  # PLAN=table: every layer on the GPU, the image's CUDA libraries found, `lemon` on PATH for the
                # table's scripts (no `pip install` there: the repository runs from PYTHONPATH)
   export POOL=${POOL:-cpu} LEMON_GPU_LAYERS=-1 LEMON_THREADS=1
   local cuda_libs
-  cuda_libs=$(python3 -c 'import glob, site; print(":".join(sorted({d for p in site.getsitepackages()
-    for d in glob.glob(p + "/nvidia/cu*/lib")})))' 2>/dev/null || true)
-  export LD_LIBRARY_PATH=${cuda_libs}${cuda_libs:+:}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  cuda_libs=$(cuda_library_path)
+  export LD_LIBRARY_PATH=${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   mkdir -p "$SITE/bin"
   printf '#!/bin/sh\nexec python3 -m lemon.cli.main "$@"\n' > "$SITE/bin/lemon"
   chmod +x "$SITE/bin/lemon"
