@@ -51,6 +51,9 @@ RUNS=$WORK/runs
 FILES=$WORK/files
 STEPS=${STEPS:-2}
 N_TRAIN=${N_TRAIN:-8}
+if [ "${PLAN:-learn}" = table ]; then  # the six-benchmark table's items and seeds
+  LIMIT=${LIMIT:-30} SEEDS=${SEEDS:-2}
+fi
 LIMIT=${LIMIT:-5}
 SEEDS=${SEEDS:-1}
 WORKERS=${WORKERS:-$([ "${PLAN:-learn}" = table ] && echo cuda || echo cpu)}  # the table plan draws on the GPU
@@ -287,6 +290,7 @@ stage_table() {  # PLAN=table: each benchmark's cells as one six_benchmarks.sh (
   for bench in "${pids[@]}"; do wait "$bench" || rc=$?; done
   lemon cache export "$OUT/table-bank.jsonl.gz"
   tail -n 4 "$WORK"/table-*.log
+  cp "$WORK"/table-*.log "$OUT/" 2>/dev/null || true
   cat "$RUNS"/table-*.sqlite.runs.log > "$OUT/table-runs.log" 2>/dev/null || true
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/table-device.txt" 2>&1 || true
   [ "$rc" = 0 ] && return 0

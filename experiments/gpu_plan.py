@@ -544,12 +544,16 @@ def repack_installed(dist: str, out_dir: Path, bundle: Sequence[str] = ("libgomp
 
 def bundle_libraries(wheel: Path, out_dir: Path, bundle: Sequence[str] = ("libgomp.so.1",)) -> Path:
     """`wheel` (a CUDA llama-cpp-python built HERE, for LLAMA_WHEEL) again in `out_dir`, with the system libraries
-    in `bundle` beside its own, as `repack_installed` does for the CPU build: the GPU image need not have them."""
+    in `bundle` beside its own, as `repack_installed` does for the CPU build: the GPU image need not have them. Like
+    it, it keeps only the packages (and the metadata), so their libraries are the only copies."""
     import tempfile
 
     with zipfile.ZipFile(wheel) as z:
-        data = {n: z.read(n) for n in z.namelist()}
-    libs = sorted({n.rsplit("/", 1)[0] for n in data if ".so" in n.rsplit("/", 1)[-1]})
+        names = z.namelist()
+        packages = {n.split("/")[0] for n in names if n.endswith("/__init__.py") and n.count("/") == 1}
+        # only its packages and metadata travel: scikit-build's copies under lib/ and include/ are not loaded
+        data = {n: z.read(n) for n in names if n.split("/")[0] in packages or ".dist-info/" in n}
+    libs = sorted({n.rsplit("/", 1)[0] for n in data if ".so" in n.rsplit("/", 1)[-1] and ".dist-info/" not in n})
     if not libs:
         raise SystemExit(f"{wheel.name} has no shared libraries to bundle beside")
     with tempfile.TemporaryDirectory() as tmp:
