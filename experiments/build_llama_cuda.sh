@@ -21,18 +21,26 @@ pip=(python3 -m pip download -q --no-deps -d "$out")
 [ -f "$out/llama_cpp_python-$version.tar.gz" ] || "${pip[@]}" --no-binary :all: "llama-cpp-python==$version"
 ls "$out"/nvidia_cublas-13.0.*.whl >/dev/null 2>&1 || "${pip[@]}" --only-binary :all: --python-version 3.12 \
   --platform manylinux_2_27_x86_64 --platform manylinux2014_x86_64 "nvidia-cublas>=13.0,<13.1"
-toolkit="$out/toolkit"  # links to the toolkit, its include/ and lib64/ as folders that also hold cuBLAS's files
-rm -rf "$toolkit" "$out/cublas" && mkdir -p "$toolkit/include" "$toolkit/lib64" "$out/cublas"
+toolkit="$out/toolkit"  # links to the toolkit; its include/, lib/ and lib64/ as folders that also hold cuBLAS's
+rm -rf "$toolkit" "$out/cublas" && mkdir -p "$toolkit" "$out/cublas"
 python3 -m zipfile -e "$(ls "$out"/nvidia_cublas-13.0.*.whl | head -1)" "$out/cublas"
 for entry in "$cuda"/*; do
-  case "$(basename "$entry")" in include|lib64) ;; *) ln -s "$(readlink -f "$entry")" "$toolkit/" ;; esac
+  name=$(basename "$entry")
+  case "$name" in
+    include) extra=("$out"/cublas/nvidia/cu13/include/*) ;;
+    lib|lib64) extra=("$out"/cublas/nvidia/cu13/lib/*) ;;
+    *) ln -s "$(readlink -f "$entry")" "$toolkit/"; continue ;;
+  esac
+  mkdir -p "$toolkit/$name"
+  for f in "$(readlink -f "$entry")"/* "${extra[@]}"; do ln -sf "$f" "$toolkit/$name/"; done
+  if [ "$name" != include ]; then
+    ln -sf libcublas.so.13 "$toolkit/$name/libcublas.so"; ln -sf libcublasLt.so.13 "$toolkit/$name/libcublasLt.so"
+  fi
 done
-for f in "$(readlink -f "$cuda/include")"/* "$out"/cublas/nvidia/cu13/include/*; do ln -sf "$f" "$toolkit/include/"; done
-for f in "$(readlink -f "$cuda/lib64")"/* "$out"/cublas/nvidia/cu13/lib/*; do ln -sf "$f" "$toolkit/lib64/"; done
-ln -sf libcublas.so.13 "$toolkit/lib64/libcublas.so"
-ln -sf libcublasLt.so.13 "$toolkit/lib64/libcublasLt.so"
+log="$out/build.log"
 CUDACXX="$toolkit/bin/nvcc" CUDAToolkit_ROOT="$toolkit" CMAKE_BUILD_PARALLEL_LEVEL="${JOBS:-$(nproc)}" \
 CMAKE_ARGS="-DGGML_CUDA=on -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_CUDA_FA=OFF -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF \
 -DGGML_CUDA_NCCL=OFF -DGGML_CUDA_NO_VMM=ON -DCUDAToolkit_ROOT=$toolkit" \
-  python3 -m pip wheel -q --no-deps -w "$out/built" "$out/llama_cpp_python-$version.tar.gz" >&2
+  python3 -m pip wheel -v --no-deps -w "$out/built" "$out/llama_cpp_python-$version.tar.gz" > "$log" 2>&1 ||
+  { echo "build_llama_cuda: the build failed; see $log" >&2; exit 1; }
 python3 "$here/gpu_plan.py" bundle "$out/built/llama_cpp_python-$version-py3-none-linux_x86_64.whl" "$out/bundled"
