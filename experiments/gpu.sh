@@ -11,7 +11,8 @@
 # machine's CPU cores (POOL, default experiments/gpu-pool.yaml: SmolLM2 and Qwen2.5-0.5B, 12 carrying calls);
 # WORKERS=cuda builds llama.cpp there with CUDA (~5 min) for POOL=cpu, a longer lease's plan.
 # PLAN=table (WORKERS=cuda) is the other use of a lease: the six-benchmark table's costly cells (TABLE_BENCHES,
-# default "aqua mmlu"; TABLE_METHODS, default the four topologies) drawn by the `cpu` pool's `large` model on
+# default "humaneval aqua mmlu", with this machine's bwrap carried for HumanEval's sandbox; TABLE_METHODS,
+# default the four topologies) drawn by the `cpu` pool's `large` model on
 # the GPU, TABLE_JOBS (8) `lemon eval` processes a benchmark; it brings back the LLM cache as a sample bank
 # ($OUT/table-bank.jsonl.gz) that `lemon cache import` adds here, so experiments/six_benchmarks.sh replays those
 # cells on this machine with no worker call. Pack it with LLAMA_WHEEL (a CUDA wheel built beforehand) to
@@ -117,6 +118,8 @@ table_env() {  # PLAN=table: every layer on the GPU, the image's CUDA libraries 
   cuda_libs=$(cuda_library_path)
   export LD_LIBRARY_PATH=${cuda_libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   mkdir -p "$SITE/bin"
+  # the image has no bubblewrap: HumanEval's sandbox runs this machine's, carried (a lease ran it there)
+  if [ -f "$FILES/bwrap" ]; then install -m 755 "$FILES/bwrap" "$SITE/bin/bwrap"; fi
   printf '#!/bin/sh\nexec python3 -m lemon.cli.main "$@"\n' > "$SITE/bin/lemon"
   chmod +x "$SITE/bin/lemon"
   export PATH=$SITE/bin:$PATH

@@ -154,9 +154,10 @@ def setup_stages() -> list[Stage]:
 
 
 def table_cells() -> tuple[list[str], list[str]]:
-    """(benchmarks, methods) of the table plan: TABLE_BENCHES x TABLE_METHODS, the costly cells the 2 cores
-    have not reached (AQuA and MMLU need no code sandbox, which the GPU image may lack)."""
-    benches = os.environ.get("TABLE_BENCHES", "aqua mmlu").split()
+    """(benchmarks, methods) of the table plan: TABLE_BENCHES x TABLE_METHODS, the costly cells. The default
+    names the three benchmarks whose topology cells 2 cores take longest on; cells already in the carried bank
+    replay there in seconds. HumanEval's checks run in the sandbox the plan carries (`sandbox_binary`)."""
+    benches = os.environ.get("TABLE_BENCHES", "humaneval aqua mmlu").split()
     methods = os.environ.get("TABLE_METHODS", "chain tree complete random").split()
     return benches, methods
 
@@ -357,11 +358,23 @@ def verify(path: Path) -> int:
     return 0
 
 
+def sandbox_binary() -> Path:
+    """This machine's `bwrap`: the table plan carries it, since the GPU image has none and HumanEval's checks run
+    in LEMON's bubblewrap sandbox (a lease on 2026-11-28 ran the real sandbox there with this binary)."""
+    found = shutil.which("bwrap")
+    if not found:
+        raise SystemExit("the table plan carries this machine's bwrap for HumanEval's sandbox, and there is none: "
+                         "install bubblewrap (apt-get install bubblewrap)")
+    return Path(found)
+
+
 def carried_files() -> list[tuple[str, int]]:
     """(name, bytes) of what travels, setup first (so a short first session can build the CUDA wheel from
     the first pieces); the wheel of a previous session replaces the sdist when LLAMA_WHEEL names it."""
     server = [LLAMA_SERVER] if workers_build() == "cpu" else []
-    return [("wheels.tar", WHEELS_BYTES), ("data.tar", DATA_BYTES), llama_file(), *server, *model_files()]
+    sandbox = [("bwrap", sandbox_binary().stat().st_size)] if plan_kind() == "table" else []
+    return [("wheels.tar", WHEELS_BYTES), ("data.tar", DATA_BYTES), llama_file(), *server, *sandbox,
+            *model_files()]
 
 
 def pieces_holding(files: list[tuple[str, int]], names: set[str]) -> int:
@@ -481,6 +494,7 @@ def _sources(out: Path, data_dir: Path, dry_run: bool) -> list[tuple[str, Path]]
     llama = (Path(wheel).name, Path(wheel)) if wheel else (
         (LLAMA_CPU_WHEEL[0], stage / LLAMA_CPU_WHEEL[0]) if cpu else (LLAMA_SDIST[0], stage / LLAMA_SDIST[0]))
     found = [("wheels.tar", stage / "wheels.tar"), ("data.tar", stage / "data.tar"), llama]
+    found += [("bwrap", sandbox_binary())] if plan_kind() == "table" else []
     by_file = {m.filename: m.id for m in MODELS.values()}
     if dry_run:
         server = [(LLAMA_SERVER[0], Path(f"<{BUILD_LLAMA_SERVER.name}>"))] if cpu else []

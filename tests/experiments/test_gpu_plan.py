@@ -222,6 +222,8 @@ def test_the_table_plan_carries_the_large_model_alone_and_draws_on_the_gpu(monke
     monkeypatch.setenv("PLAN", "table")
     assert [n for n, _ in gpu.model_files()] == ["qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"]
     assert [s.name for s in gpu.stages()] == ["wheels", "llama", "models", "table"]
+    assert ("bwrap", gpu.sandbox_binary().stat().st_size) in gpu.carried_files()  # HumanEval's sandbox there
+    assert gpu.table_cells()[0] == ["humaneval", "aqua", "mmlu"]
     plan = _sh("--dry-run", PLAN="table")
     assert plan.returncode == 0, plan.stderr
     assert "plan: table" in plan.stdout and "workers: cuda" in plan.stdout and "  policy " not in plan.stdout

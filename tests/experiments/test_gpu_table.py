@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,8 @@ def test_the_cells_drawn_there_replay_here_from_the_bank_they_bring_back(tmp_pat
     work = tmp_path / "work"
     (work / "data").mkdir(parents=True)
     (work / "data" / "data").symlink_to(data_dir)  # where stage wheels unpacks the carried data there
+    (work / "files").mkdir()
+    shutil.copy(shutil.which("bwrap"), work / "files" / "bwrap")  # carried: the GPU image has no bubblewrap
     env = _env(WORK=str(work), PLAN="table", POOL="tiny", TABLE_BENCHES="aqua", TABLE_METHODS="chain", LIMIT="1",
                SEEDS="1", TABLE_JOBS="1", MAX_TOKENS_AQUA="48", STAGE_LEFT_S="400")
     res = subprocess.run(["bash", str(ROOT / "experiments" / "gpu.sh"), "stage", "table"], capture_output=True,
@@ -41,6 +44,7 @@ def test_the_cells_drawn_there_replay_here_from_the_bank_they_bring_back(tmp_pat
     bank = work / "out" / "table-bank.jsonl.gz"
     drawn = re.search(r"worker tokens per item ([\d,.]+)", (work / "table-aqua.log").read_text()).group(1)
     assert "--method chain" in (work / "out" / "table-runs.log").read_text()
+    assert os.access(work / "site" / "bin" / "bwrap", os.X_OK)  # where the stages' PATH finds the sandbox
 
     here = tmp_path / "here"
     _lemon("cache", "import", str(bank), home=here, data_dir=data_dir)
