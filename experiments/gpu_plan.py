@@ -168,7 +168,9 @@ def stages() -> list[Stage]:
     if plan_kind() == "table":
         benches, methods = table_cells()
         limit, seeds, jobs = env_int("LIMIT", 30), env_int("SEEDS", 2), env_int("TABLE_JOBS", 8)
-        item_s = env_int("ITEM_S", 15)  # one multi-agent item at `large`, one of the processes sharing the GPU
+        # one multi-agent item at `large` in one of the processes sharing the GPU: 14 s measured on an H200
+        # (2026-11-28: 480 AQuA and MMLU items, 16 processes, 424 s)
+        item_s = env_int("ITEM_S", 15)
         est = len(benches) * len(methods) * limit * seeds * item_s / (jobs * len(benches))
         return [*setup_stages(), Stage(
             "table", est, True, f"six_benchmarks.sh topologies: {' '.join(methods)} on {' '.join(benches)}, "
