@@ -123,7 +123,7 @@ def llama_file() -> tuple[str, int]:
 
 def model_files(pool: str | None = None) -> list[tuple[str, int]]:
     """(GGUF name, bytes) of the pool's embedded models and the policy's: what the run needs, nothing more.
-    The table plan needs no policy and only TABLE_LEVEL's model (its cells run every agent there)."""
+    The table plan needs no policy and only `large`'s model (six_benchmarks.sh runs every topology agent there)."""
     from lemon.llm.models import MODELS
     from lemon.llm.pools import read_pool_config
 
@@ -131,7 +131,7 @@ def model_files(pool: str | None = None) -> list[tuple[str, int]]:
     cfg = read_pool_config(pool or os.environ.get("POOL") or ("cpu" if table else str(DEFAULT_POOL)))
     levels = [lv for lv in cfg.levels if lv.backend == "embedded"]
     if table:
-        levels = [lv for lv in levels if lv.name == os.environ.get("TABLE_LEVEL", "large")]
+        levels = [lv for lv in levels if lv.name == "large"]
     ids = dict.fromkeys([lv.model for lv in levels] + ([] if table else [POLICY_MODEL]))
     unknown = [i for i in ids if i not in MODELS]
     if unknown:
