@@ -543,19 +543,8 @@ def repack_installed(dist: str, out_dir: Path, bundle: Sequence[str] = ("libgomp
              f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: lemon gpu_plan\nRoot-Is-Purelib: false\n"
                               b"Tag: py3-none-linux_x86_64\n"}
     extra |= {f"{libs}/{lib}": _system_library(lib, Path(d.locate_file(libs))).read_bytes() for lib in bundle}
-    target = out_dir / f"{name}-{version}-py3-none-linux_x86_64.whl"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    record = []
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
-        for f in files:
-            data = Path(d.locate_file(f)).read_bytes()
-            z.writestr(str(f), data)
-            record.append(_record_line(str(f), data))
-        for arc, data in extra.items():
-            z.writestr(arc, data)
-            record.append(_record_line(arc, data))
-        z.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
-    return target
+    entries = {str(f): Path(d.locate_file(f)).read_bytes() for f in files} | extra
+    return _write_wheel(out_dir / f"{name}-{version}-py3-none-linux_x86_64.whl", entries, info)
 
 
 def bundle_libraries(wheel: Path, out_dir: Path, bundle: Sequence[str] = ("libgomp.so.1",)) -> Path:
@@ -577,14 +566,18 @@ def bundle_libraries(wheel: Path, out_dir: Path, bundle: Sequence[str] = ("libgo
             if n.startswith(libs[0] + "/") and ".so" in n:
                 (Path(tmp) / n.rsplit("/", 1)[-1]).write_bytes(data[n])
         extra = {f"{libs[0]}/{lib}": _system_library(lib, Path(tmp)).read_bytes() for lib in bundle}
-    record = next(n for n in data if n.endswith(".dist-info/RECORD"))
-    lines = [x for x in data[record].decode().splitlines() if x and not x.startswith(record + ",")]
-    lines += [_record_line(arc, blob) for arc, blob in extra.items()] + [f"{record},,"]
-    target = out_dir / wheel.name
-    out_dir.mkdir(parents=True, exist_ok=True)
+    info = next(n for n in data if n.endswith(".dist-info/RECORD")).rsplit("/", 1)[0]
+    return _write_wheel(out_dir / wheel.name, {n: b for n, b in data.items() if n != f"{info}/RECORD"} | extra, info)
+
+
+def _write_wheel(target: Path, entries: dict[str, bytes], info: str) -> Path:
+    """A wheel at `target` holding `entries` (archive name -> bytes) and their RECORD in the `info` folder."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    record = [_record_line(arc, blob) for arc, blob in entries.items()] + [f"{info}/RECORD,,"]
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as z:
-        for n, blob in {**data, **extra}.items():
-            z.writestr(n, "\n".join(lines) + "\n" if n == record else blob)
+        for arc, blob in entries.items():
+            z.writestr(arc, blob)
+        z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
     return target
 
 
