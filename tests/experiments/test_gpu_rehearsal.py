@@ -54,8 +54,9 @@ def test_the_rehearsal_runs_every_stage_of_the_gpu_plan(tmp_path: Path, data_dir
         assert (out / f"adapter-{arm}.safetensors").stat().st_size > 0
     # the served workers ran the specs (the global arm's same specs are LLM-cache hits) and a counterfactual
     assert any(r["worker_tokens"] > 0 and r["cf_count"] > 0 for r in metrics["cf"])
-    for pool_file in (runs / "sft" / "workers", runs / "cf" / "workers", work / "served"):  # every stage's
-        served = (pool_file / "pool.yaml").read_text()  # workers were the carried llama-server's batched slots
+    assert not (runs / "sft" / "workers").exists()  # the library teacher makes no model call: nothing served
+    for pool_file in (runs / "cf" / "workers", work / "served"):  # every stage's workers were the carried
+        served = (pool_file / "pool.yaml").read_text()  # llama-server's batched slots
         assert "model: smollm2-135m-llama-server" in served, served
     report = (out / "results-gpu.md").read_text()
     for method in ("cot", "vanilla", "trained:"):

@@ -63,3 +63,30 @@ async def test_an_unknown_teacher_is_one_line_naming_the_valid_ones(tmp_path) ->
 
     with pytest.raises(LemonError, match="unknown SFT teacher 'oracle'; valid: prompted, library"):
         await build_examples(_tasks(2), SFTSettings(out_dir=tmp_path, teacher="oracle"))
+
+
+async def test_the_library_teacher_starts_no_worker_even_when_workers_are_to_be_served(  # type: ignore[no-untyped-def]
+        tmp_path, monkeypatch) -> None:
+    """A model-free teacher must not pay a llama-server's start (the rehearsal's and the GPU plan's SFT);
+    a test double for `workers_for` records each start, and the prompted teacher still gets its workers."""
+    import contextlib
+
+    import lemon.train.sft as sft
+
+    started: list[tuple[str, bool]] = []
+
+    @contextlib.contextmanager
+    def recording_workers_for(pool: str, serve: bool, out_dir):  # type: ignore[no-untyped-def]
+        started.append((pool, serve))
+        yield pool
+
+    async def no_prompted_call(tasks, s, progress):  # type: ignore[no-untyped-def]
+        return [], {"model": 0}
+
+    monkeypatch.setattr(sft, "workers_for", recording_workers_for)
+    monkeypatch.setitem(sft.TEACHERS, "prompted", no_prompted_call)
+    settings = SFTSettings(out_dir=tmp_path, teacher="library", teacher_pool="tiny", serve_workers=True)
+    examples, _ = await sft.teacher_data(_tasks(4), settings, None)
+    assert len(examples) == 4 and started == []
+    await sft.teacher_data(_tasks(4), SFTSettings(out_dir=tmp_path, teacher_pool="tiny", serve_workers=True), None)
+    assert started == [("tiny", True)]

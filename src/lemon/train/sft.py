@@ -263,6 +263,21 @@ async def build_examples(tasks: Sequence[TrainTask], s: SFTSettings, *,
     return await teacher(tasks, s, progress)
 
 
+#: The teachers that make no model call: no worker is started (or served) for them.
+MODEL_FREE_TEACHERS = ("library",)
+
+
+async def teacher_data(tasks: Sequence[TrainTask], s: SFTSettings, progress: Progress | None
+                       ) -> tuple[list[SFTExample], dict[str, int]]:
+    """`build_examples` with the teacher pool's workers started (served when `serve_workers` or CUDA says so)
+    around it, unless the teacher makes no model call: a llama-server started for nothing costs its load."""
+    if s.teacher in MODEL_FREE_TEACHERS:
+        return await build_examples(tasks, s, progress=progress)
+    serve = wants_cuda() if s.serve_workers is None else s.serve_workers
+    with workers_for(s.teacher_pool, serve, s.out_dir / "workers") as pool:
+        return await build_examples(tasks, replace(s, teacher_pool=pool), progress=progress)
+
+
 def sft_rows(tokenizer: Any, eos: int, examples: Sequence[SFTExample], roles: RoleLibrary, levels: Sequence[str],
              style: str, decision_weight: float) -> list[tuple[list[int], list[int], list[float]]]:
     """(prompt ids, target ids + EOS, a loss weight per target token) of each example; the weights are
@@ -375,9 +390,7 @@ async def run_sft(s: SFTSettings, *, progress: Progress | None = None,
     s.out_dir.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
     if examples is None:
-        serve = wants_cuda() if s.serve_workers is None else s.serve_workers
-        with workers_for(s.teacher_pool, serve, s.out_dir / "workers") as pool:
-            examples, counts = await build_examples(train_tasks, replace(s, teacher_pool=pool), progress=progress)
+        examples, counts = await teacher_data(train_tasks, s, progress)
     examples = list(examples)
     with (s.out_dir / "sft_data.jsonl").open("w", encoding="utf-8") as fh:
         for e in examples:
