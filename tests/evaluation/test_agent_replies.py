@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from lemon.benchmarks.base import Item
 from lemon.benchmarks.registry import get_benchmark, load_split
-from lemon.evaluation.agent_replies import ReplyTally, graded_replies, tally_pair
+from lemon.evaluation.agent_replies import ReplyGrader, ReplyTally, graded_replies, tally_pair
 from lemon.evaluation.report import build_report
 from lemon.evaluation.store import ItemRow, ResultsStore
 
@@ -57,6 +57,54 @@ def _chain_row(item: Item, replies: dict[str, str], correct: bool) -> ItemRow:
     return ItemRow(item_id=item.id, seed=0, prediction=None, gold=item.answer, correct=correct,
                    tokens=tokens, total_tokens=15 * len(replies), latency_s=0.0, trace_id=None,  # type: ignore[arg-type]
                    status="ok", trace_json=json.dumps(trace))
+
+
+def _program(item: Item, body: str | None = None) -> str:
+    """A reply holding a whole program for a HumanEval item: its canonical solution, or `body`."""
+    return f"```python\n{item.meta['prompt']}{body or item.meta['canonical_solution']}```"
+
+
+def test_code_replies_are_run_in_the_sandbox_and_a_broken_rewrite_counts_as_lost(tmp_path: Path,
+                                                                                 data_dir: Path) -> None:
+    """The topologies' question on code: did the first program pass and a later agent break it?"""
+    right, broken = _items(data_dir, "humaneval", 2)
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        store.ensure_run("chain", benchmark="humaneval", split="test", method="chain", pool="cpu", level="large",
+                         seeds=1, n_items=2, config={})
+        store.put("chain", _chain_row(right, {"solver": _program(right), "checker": "Looks fine.",
+                                             "final": _program(right)}, True))
+        store.put("chain", _chain_row(broken, {"solver": _program(broken), "checker": "Rewrite it.",
+                                              "final": _program(broken, "    return None\n")}, False))
+        markdown = build_report(store, replies=True, data_dir=data_dir).markdown
+    row = next(line for line in markdown.split("### Where the answer was lost (humaneval")[1].splitlines()
+               if line.startswith("| chain | test |"))
+    assert "| 2 | 1 (50.0 %) | 2 | **1** | 0 | 0 | 50.0 % | solver 2/2 | `chain` |" in row
+
+
+class _CountingBenchmark:
+    """Test double: a benchmark whose checker counts its calls (and says it is sandboxed)."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner, self.checks, self.sandboxed = inner, 0, True
+
+    def extract(self, text: str, item: Item) -> str | None:
+        return self.inner.extract(text, item)  # type: ignore[attr-defined]
+
+    def check(self, prediction: str, item: Item) -> bool:
+        self.checks += 1
+        return self.inner.check(prediction, item)  # type: ignore[attr-defined]
+
+
+def test_each_distinct_answer_is_checked_once_across_runs(data_dir: Path) -> None:
+    first, second = _items(data_dir, "gsm8k", 2)
+    bench = _CountingBenchmark(get_benchmark("gsm8k"))
+    grader = ReplyGrader(bench, threads=2)  # type: ignore[arg-type]
+    same = {"a": f"The answer is {first.answer}.", "b": f"So it is {first.answer}", "c": "no number"}
+    assert grader.grade([(first, same), (second, same)]) == [{"a": True, "b": True, "c": False},
+                                                            {"a": False, "b": False, "c": False}]
+    assert bench.checks == 2  # one answer per item; "c" has none to check
+    assert grader.grade([(first, {"x": "It is " + first.answer})]) == [{"x": True}]
+    assert bench.checks == 2  # a later run's same answer is not checked again
 
 
 def _store(path: Path, data_dir: Path) -> Path:

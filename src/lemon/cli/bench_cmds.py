@@ -261,7 +261,9 @@ def report_cmd(
     markdown = output_file(out, file, "results.md")
     if plot is None and out is not None and markdown is not None and markdown.parent == out:
         plot = out / "accuracy-vs-tokens.png"
-    with ResultsStore(path) as db:
+    # grading every agent's reply runs code replies in the sandbox: a minute or more on HumanEval
+    grading = consoles().err.status("grading every agent's reply...") if replies else contextlib.nullcontext()
+    with ResultsStore(path) as db, grading:
         report = build_report(db, out=markdown, plot=plot, compare=pairs, replies=replies, data_dir=data_dir)
     # The markdown as written, not rendered: a rendered table shrinks its columns to the terminal and cut the run
     # ids that the other commands take.
