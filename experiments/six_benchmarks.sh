@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 25's six-benchmark table: every fixed baseline at `large` (vanilla, cot, sc-cot, the esc / asc stopping
-# anchors and the logprob gate, chain, tree, complete, random), the default template and the trained policies, on
-# MMLU, GSM8K, AQuA, MultiArith, SVAMP and HumanEval `test` (MMLU: its `val` evaluation split), the first LIMIT
-# items x SEEDS seeds, the same items and seeds for every method, then `lemon report` with paired tests against
-# the best baseline. Resumable: every stage resumes (evaluations from the store, training from its run
-# directory), so re-run it after an interruption.
+# anchors, the logprob gate and, on HumanEval, the examples gate (exsc), chain, tree, complete, random), the
+# default template and the trained policies, on MMLU, GSM8K, AQuA, MultiArith, SVAMP and HumanEval `test` (MMLU:
+# its `val` evaluation split), the first LIMIT items x SEEDS seeds, the same items and seeds for every method,
+# then `lemon report` with paired tests against the best baseline. Resumable: every stage resumes (evaluations
+# from the store, training from its run directory), so re-run it after an interruption.
 #
 # Order: cheapest methods first and one benchmark-method pair at a time, so a partial run is already a table;
 # one CoT agent is the 5-vote's first voter, so the cut replies of the cheap cot cell say whether the benchmark's
@@ -83,6 +83,8 @@ baselines() {
     evaluate "$bench" cot --level large  # the 5-vote's first voter: its cut replies show a short limit early
     evaluate "$bench" sc-cot --level large --agents 5
     for method in esc asc gate; do evaluate "$bench" "$method" --level large; done
+    # the examples gate reads a function's docstring examples: code only (its voters are sc-cot's, no worker call)
+    if [ "$bench" = humaneval ]; then evaluate "$bench" exsc --level large; fi
   done
 }
 

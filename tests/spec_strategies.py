@@ -66,4 +66,6 @@ stop_rules = st.one_of(
     st.builds(lambda c, m, g: StopRule(confidence=c, max=m, logprob=g), st.sampled_from([0.5, 0.8, 0.95, 0.99]),
               st.none() | st.integers(2, 6), gates),
     st.builds(lambda m, w, g: StopRule(max=m, wave=w, logprob=g), st.none() | st.integers(1, 6), st.integers(1, 3),
-              st.integers(MIN_LOGPROB, MAX_LOGPROB)))
+              st.integers(MIN_LOGPROB, MAX_LOGPROB)),
+    st.builds(lambda k, m, w: StopRule(agree=k, max=max(m, k or 1) if m else None, wave=w, examples=True),
+              st.none() | st.integers(2, 4), st.none() | st.integers(1, 6), st.integers(1, 3)))

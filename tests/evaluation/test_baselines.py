@@ -22,7 +22,7 @@ def roles() -> RoleLibrary:
 @pytest.mark.parametrize("method", method_names())
 def test_every_method_and_kind_validates(method: str, kind: str, roles: RoleLibrary) -> None:
     if not supports(method, kind):  # a one-line error that names what to use instead
-        with pytest.raises(LemonError, match=r"number benchmarks only.*use cot"):
+        with pytest.raises(LemonError, match=r"(number|code) benchmarks only.*use (cot|esc)"):
             baseline_spec(method, kind, level="medium", seed=3)
         return
     spec = baseline_spec(method, kind, level="medium", seed=3)
@@ -35,7 +35,7 @@ def test_every_method_and_kind_validates(method: str, kind: str, roles: RoleLibr
 
 
 def test_expected_methods() -> None:
-    assert method_names() == ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "pot", "sc-pot", "pot-esc",
+    assert method_names() == ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "exsc", "pot", "sc-pot", "pot-esc",
                               "mixed-esc", "chain", "tree", "complete", "random")
 
 

@@ -80,8 +80,8 @@ def test_a_gate_stands_alone_or_beside_one_criterion_and_starts_with_one_parent(
 
 @pytest.mark.parametrize(("rule", "message"), [
     ("{logprob: -25, agree: 2, confidence: 0.9}", "not both"),
-    ("{max: 2}", "or a logprob gate"),
-    ("{logprob: -25, max: 1}", "a logprob gate alone with max 1 decides nothing"),
+    ("{max: 2}", "or a gate: logprob"),
+    ("{logprob: -25, max: 1}", "a gate alone with max 1 decides nothing"),
     ("{logprob: -25, agree: 4}", "agree 4 can never fire with at most 3 parents"),
     ("{logprob: -25, agree: 3, max: 2}", "cannot exceed max"),
     ("{logprob: -25, max: 4}", "max 4 exceeds its 3 parents"),

@@ -30,6 +30,10 @@ Shapes (every agent at the same `level` capacity; arrows point from a parent to 
 - `gate` (ours): `esc` behind a logprob gate, `stop: {agree: 2, logprob: GATE_LOGPROB}`: a voter whose reply
   the model was sure of (summed token log-probability >= the threshold) is taken alone, so an easy item costs
   one voter, not the two that agreement needs. Needs a pool whose levels can score replies (embedded).
+- `exsc` (ours, code benchmarks only): sc-cot's team whose vote carries the `examples` gate, `stop: {examples:
+  true}`: voters run one at a time, and the first whose program passes the examples the task's docstring shows
+  (run in the sandbox, `lemon.runtime.examples_gate`) is taken alone; with none passing, the five programs'
+  vote stands, as in sc-cot. Its voters are sc-cot's (the same samples), so the comparison is paired.
 - `pot`, `sc-pot` and `pot-esc` (program of thought, number benchmarks only): `pot` is one `program_solver`
   agent, whose reply is a Python program that the runtime runs in the sandbox for its answer
   (`lemon.runtime.programs`); `sc-pot` is sc-cot with program voters (PAL with a majority vote, 5 voters),
@@ -77,8 +81,8 @@ TEAMS: dict[str, tuple[str, str, str, str]] = {
 #: The program-of-thought role per answer kind: only a number is what a program prints.
 PROGRAM_ROLES: dict[str, str] = {"number": "program_solver"}
 
-DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "sc-pot": 5, "pot-esc": 5, "mixed-esc": 5,
-                             "chain": 3, "complete": 4, "random": 4}
+DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "exsc": 5, "sc-pot": 5, "pot-esc": 5,
+                             "mixed-esc": 5, "chain": 3, "complete": 4, "random": 4}
 #: Adaptive-Consistency's default threshold on P(the leading answer is the majority) (Aggarwal et al. 2023).
 ASC_CONFIDENCE = 0.95
 #: The `gate` baseline's threshold (nats), chosen on the TRAIN banks (first 10 items of GSM8K and SVAMP
@@ -86,8 +90,10 @@ ASC_CONFIDENCE = 0.95
 #: threshold of the sweep whose pooled accuracy equals the 5-vote's (15/20; -40 lost one SVAMP item). Alone,
 #: GSM8K's train bank would take -40 and SVAMP's -30: the right value depends on the task.
 GATE_LOGPROB = -30
-_VOTES = ("sc-cot", "esc", "asc", "gate", "sc-pot", "pot-esc", "mixed-esc")  # the vote agent takes one of MAX_AGENTS
+# the vote agent takes one of MAX_AGENTS
+_VOTES = ("sc-cot", "esc", "asc", "gate", "exsc", "sc-pot", "pot-esc", "mixed-esc")
 _PROGRAM_METHODS = ("pot", "sc-pot", "pot-esc", "mixed-esc")  # number benchmarks only
+_CODE_METHODS = ("exsc",)  # code benchmarks only: the examples are a function's
 #: The longest written order `voter_team` takes: the sample bank's voters per (item, seed) (`bank.BANK_VOTERS`,
 #: which imports this module), so every order is answered by the bank.
 MAX_ORDER = 5
@@ -136,6 +142,13 @@ def _asc(kind: str, level: str, n: int, seed: int) -> Spec:
 
 def _gate(kind: str, level: str, n: int, seed: int) -> Spec:
     return _stopping_vote(kind, level, n, StopRule(agree=2, logprob=GATE_LOGPROB))
+
+
+def _exsc(kind: str, level: str, n: int, seed: int) -> Spec:
+    if kind != "code":
+        raise LemonError(f"exsc runs programs on a code task's examples: it answers code benchmarks only, not "
+                         f"{kind!r} ones; use esc there")
+    return _stopping_vote(kind, level, n, StopRule(examples=True))
 
 
 def _program_role(kind: str) -> str:
@@ -270,6 +283,7 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
     "esc": _esc,
     "asc": _asc,
     "gate": _gate,
+    "exsc": _exsc,
     "pot": _pot,
     "sc-pot": _sc_pot,
     "pot-esc": _pot_esc,
@@ -283,7 +297,9 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
 
 def supports(method: str, kind: str) -> bool:
     """Whether baseline `method` has a spec for benchmarks whose answers are of `kind` (the program-of-thought
-    ones only for numbers)."""
+    ones only for numbers, `exsc` only for code)."""
+    if method in _CODE_METHODS:
+        return kind == "code"
     return kind in PROGRAM_ROLES if method in _PROGRAM_METHODS else kind in TEAMS
 
 

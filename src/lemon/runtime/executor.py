@@ -15,6 +15,7 @@ node-cache key, so a truncated answer is never served to a run that could afford
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections import Counter
@@ -35,6 +36,7 @@ from lemon.runtime.budget import (
     reserve_all,
     settle_all,
 )
+from lemon.runtime.examples_gate import PASSED, TaskExamples, passes_examples, task_examples
 from lemon.runtime.node_cache import NodeCache, NodeOutput
 from lemon.runtime.stop_rules import SureGate, gate_refusal
 from lemon.runtime.trace import AgentTokens, StopDecision, Trace, TraceEvent
@@ -393,14 +395,17 @@ class _Run:
     async def _parents_until_stop(self, agent: Agent, rule: StopRule) -> dict[str, str]:
         """Parents in written order, in waves, until `rule` fires on their answers or `max` have run.
 
-        With a `logprob` gate, each wave's parents are scored first (`_score_wave`): the first sure one fires
+        With a gate, each wave's parents are checked first: a `logprob` gate scores them (`_score_wave`), an
+        `examples` gate runs their programs on the task's examples (`_check_wave`); the first sure one fires
         the rule and the vote sees it alone; else the agreement criterion decides, if the rule has one."""
         order = agent.depends_on[:rule.max or len(agent.depends_on)]
-        gate = None
+        gate, check = None, self._score_wave
         if rule.logprob is not None:
             if refusal := gate_refusal(agent, order, self.spec, self.ex.pool, self.ex.roles):
                 raise _Stop("error", refusal)
             gate = SureGate(rule.logprob)
+        elif rule.examples:  # the task's examples, read once for the whole rule
+            gate, check = SureGate(PASSED), functools.partial(self._check_wave, examples=task_examples(self.task))
         ran: list[str] = []
         width = rule.first_wave
         fired = False
@@ -410,7 +415,7 @@ class _Run:
                 await t
             ran.extend(wave)
             width = rule.wave
-            fired = (gate is not None and await self._score_wave(agent, wave, gate)) or \
+            fired = (gate is not None and await check(agent, wave, gate)) or \
                 stop_rule_fires(rule, [self._vote_key_of(self.outputs[p]) for p in ran])
         self._record_early_stop(agent, rule, tuple(ran), fired, gate)
         return {p: self.outputs[p] for p in ([gate.sure] if gate is not None and gate.sure else ran)}
@@ -435,6 +440,21 @@ class _Run:
                 except LemonError as exc:
                     raise _Stop("error", f"{what}: {exc}") from None
             if gate.record(p, score):
+                return True
+        return False
+
+    async def _check_wave(self, agent: Agent, wave: tuple[str, ...], gate: SureGate,
+                          examples: TaskExamples | None) -> bool:
+        """Run `wave`'s parents' programs on the task's examples in written order until one passes (True); its
+        score is `PASSED`, a failing program's 0, a task without examples leaves every score None. A check costs
+        no tokens; it runs off the event loop under the parent's level's concurrency."""
+        for p in wave:
+            if examples is None:
+                gate.record(p, None)
+                continue
+            async with self.ex._sem(self.spec.agent(p).capacity):
+                passed = await asyncio.to_thread(passes_examples, self.outputs[p], examples)
+            if gate.record(p, PASSED if passed else 0):
                 return True
         return False
 

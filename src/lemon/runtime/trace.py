@@ -55,8 +55,9 @@ class AgentTokens(TypedDict, total=False):
 
 
 class StopDecision(TypedDict):
-    """What one stop rule decided in a run (`RunResult.early_stops`); a rule with a `logprob` gate adds the
-    scores of the parents it scored (None: a parent that calls no model) and the sure parent (None if none)."""
+    """What one stop rule decided in a run (`RunResult.early_stops`); a rule with a gate adds the scores of the
+    parents it checked (a `logprob` gate: nats, None for a parent that calls no model; an `examples` gate: 1 for
+    a program that passed, 0, None without examples) and the sure parent (None if none)."""
 
     agent: str
     rule: str

@@ -66,6 +66,8 @@ class StopRule(BaseModel):
     the reply's tokens) is sure, fires the rule and is taken alone. It may stand alone (then the majority of
     the parents run, if none was sure) or beside one of `agree` / `confidence`. Parents never run cost
     nothing: that is the point of the rule.
+    `examples: true` is the other gate, for code: the first parent whose program passes the examples the task
+    itself shows (a docstring's `>>> f(x)` and its value; `lemon.runtime.examples_gate`) is taken alone.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -79,6 +81,8 @@ class StopRule(BaseModel):
     wave: int = Field(default=1, ge=1, le=MAX_AGENTS - 1, description="parents started together after the first")
     logprob: int | None = Field(default=None, ge=MIN_LOGPROB, le=MAX_LOGPROB,
                                 description="take the first parent whose reply has log-probability >= this alone")
+    examples: bool | None = Field(default=None, description="take the first parent whose program passes the task's "
+                                                            "own examples alone")
 
     @field_validator("logprob", mode="before")
     @classmethod
@@ -95,13 +99,21 @@ class StopRule(BaseModel):
                              f"(a log-probability is negative; e.g. -25), got {_shown(value)}")
         return number
 
+    @field_validator("examples", mode="after")
+    @classmethod
+    def _examples_or_none(cls, value: bool | None) -> bool | None:
+        """`examples: false` is the rule without the gate: one value for it, so text and model round-trip."""
+        return True if value else None
+
     @model_validator(mode="after")
     def _one_criterion(self) -> StopRule:
         if self.agree is not None and self.confidence is not None:
             raise ValueError("give exactly one of agree (a count) or confidence (a probability), not both")
-        if self.agree is None and self.confidence is None and self.logprob is None:
+        if self.logprob is not None and self.examples:
+            raise ValueError("give one gate: logprob (a sure reply) or examples (a passing program), not both")
+        if self.agree is None and self.confidence is None and self.logprob is None and not self.examples:
             raise ValueError("give exactly one of agree (a count) or confidence (a probability), "
-                             "or a logprob gate (e.g. -25)")
+                             "or a gate: logprob (e.g. -25) or examples: true")
         if self.confidence is not None and round(self.confidence, 2) != self.confidence:
             raise ValueError("confidence has at most two decimals, e.g. 0.95")
         if self.agree is not None and self.max is not None and self.agree > self.max:
@@ -110,17 +122,25 @@ class StopRule(BaseModel):
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        """Without a gate, the dump of the fields that existed before it (traces' topology stays as it was)."""
+        """Without a gate, the dump of the fields that existed before the gates (traces' topology, and the run
+        ids hashed from it, stay as they were)."""
         data: dict[str, object] = handler(self)
         if self.logprob is None:
             data.pop("logprob", None)
+        if not self.examples:
+            data.pop("examples", None)
         return data
+
+    @property
+    def gated(self) -> bool:
+        """Whether a gate may take one parent alone (then the first wave is one parent)."""
+        return self.logprob is not None or bool(self.examples)
 
     @property
     def first_wave(self) -> int:
         """Parents started before the rule is first checked: fewer could never fire it (a gate: one parent,
         which may be taken alone)."""
-        return 1 if self.logprob is not None else self.least_parents
+        return 1 if self.gated else self.least_parents
 
     @property
     def least_parents(self) -> int:

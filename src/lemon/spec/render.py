@@ -52,9 +52,11 @@ class _Writer:
 
 
 def render_stop(rule: StopRule) -> str:
-    """A stop rule as a one-line YAML flow mapping, fixed key order (the `logprob` gate first, as it is checked
-    first; then the agreement criterion, max, wave), defaults left out (fewer spec tokens)."""
+    """A stop rule as a one-line YAML flow mapping, fixed key order (the gate first, as it is checked first;
+    then the agreement criterion, max, wave), defaults left out (fewer spec tokens)."""
     parts = [f"logprob: {rule.logprob}"] if rule.logprob is not None else []
+    if rule.examples:
+        parts.append("examples: true")
     if rule.agree is not None:
         parts.append(f"agree: {rule.agree}")
     elif rule.confidence is not None:

@@ -102,7 +102,7 @@ def _stop_problems(a: Agent, roles: RoleLibrary) -> Iterator[str]:
     if limit > n:
         yield f"{where}: max {limit} exceeds its {n} parents; lower max or add parents"
     elif a.stop.agree is None and a.stop.confidence is None and limit < 2:
-        yield (f"{where}: a logprob gate alone with max {limit} decides nothing (that parent is taken either way); "
+        yield (f"{where}: a gate alone with max {limit} decides nothing (that parent is taken either way); "
                "raise max to 2 or more, or remove stop")
     elif a.stop.least_parents > limit:
         yield f"{where}: agree {a.stop.least_parents} can never fire with at most {limit} parents; lower agree"

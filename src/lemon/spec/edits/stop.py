@@ -3,8 +3,8 @@
 The deterministic operator removes the rule (every parent runs: Δ says what stopping early cost or saved on
 this item). Drawn variants move the rule by one notch: `agree` k +/- 1, or `max` +/- 2 (an absent max is the
 number of parents), clamped to what validates (k >= 2, k <= max <= the parents); a `logprob` gate moves by
-+/- 5 nats (clamped to its bounds) or is dropped where another criterion remains. Only variants that validate
-are offered."""
++/- 5 nats (clamped to its bounds) or is dropped where another criterion remains, as is an `examples` gate. Only
+variants that validate are offered."""
 
 from __future__ import annotations
 
@@ -47,6 +47,8 @@ def stop_variants(agent: Agent) -> list[StopRule]:
         moved = sorted({min(max(rule.logprob + d, MIN_LOGPROB), MAX_LOGPROB) for d in (-LOGPROB_STEP, LOGPROB_STEP)})
         updates += [{"logprob": t} for t in moved if t != rule.logprob]
         updates.append({"logprob": None})
+    if rule.examples:
+        updates.append({"examples": None})
     return [v for u in updates if (v := _variant(rule, u, n)) is not None]
 
 

@@ -1,0 +1,84 @@
+"""A stop rule's `examples` gate at run time: which parent, if any, wrote a program that passes the task's examples.
+
+Why: on HumanEval (docs/results.md, "Where code teams lose the program") five independent programs rarely match
+as text, so a majority vote falls to its first voter: some voter's program passed the hidden tests on 57 of 60
+pairs, the vote on 50. The task brings its own verifier: the function's docstring shows examples (`>>> f(x)`,
+then the value), which the user wrote. Replayed on the stored replies, drawing voters one at a time and stopping
+at the first program that passes them scored 56 of 60 at 559 tokens against one programmer's 50 at 318.
+
+The executor (`executor._Run._parents_until_stop`) runs the voter's parents one at a time; each new parent's
+program runs on the examples in the sandbox, as the upstream tests are run (`lemon.sandbox.runner.run_check`:
+two sandboxes, the examples' process calling the candidate through a pipe), and the first that passes is taken
+alone. The examples are read from the task text alone (the last fenced code block: a function with a
+docstring), so the gate needs no benchmark; a task without examples never fires it, and the parents' vote
+stands. A check costs no tokens.
+"""
+
+from __future__ import annotations
+
+import ast
+import doctest
+import re
+from dataclasses import dataclass
+
+from lemon.runtime.programs import program_code
+from lemon.sandbox.runner import Limits, run_check
+
+#: Seconds one parent's program may take on the examples (the upstream checks allow 10 s too).
+EXAMPLES_TIMEOUT_S = 10.0
+#: The score an `examples` gate records for a passing program (a failing one: 0); its threshold.
+PASSED = 1
+_DEF = re.compile(r"^(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class TaskExamples:
+    """The examples a code task shows: its function (`entry`), the task's code (helpers and imports the
+    examples may need) and each example as (call, expected value), both Python source."""
+
+    entry: str
+    code: str
+    cases: tuple[tuple[str, str], ...]
+
+    def test(self) -> str:
+        """The examples as a `check(candidate)` function, the shape of HumanEval's upstream tests."""
+        lines = [f"    assert candidate{call[len(self.entry):]} == {want}" for call, want in self.cases]
+        return "def check(candidate):\n" + "\n".join(lines) + "\n"
+
+
+def task_examples(task: str) -> TaskExamples | None:
+    """The examples of the last function defined in the task's last code block, or None if it shows none that
+    Python can read back: a call of that function and a literal value (nothing shown reads as None; the
+    docstring's closing quotes are not part of the value)."""
+    code = program_code(task)
+    names = _DEF.findall(code or "")
+    if not code or not names:
+        return None
+    entry, cases = names[-1], []
+    for example in doctest.DocTestParser().get_examples(code):
+        call = example.source.strip()
+        want = example.want.split('"""')[0].split("'''")[0].strip() or "None"
+        if call.startswith(f"{entry}(") and _literal(want):
+            cases.append((call, want))
+    return TaskExamples(entry, code, tuple(cases)) if cases else None
+
+
+def _literal(source: str) -> bool:
+    try:
+        ast.literal_eval(source)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
+
+
+def passes_examples(reply: str, examples: TaskExamples) -> bool:
+    """Whether the reply's program (its last code block, which must define the function) passes every example.
+    The task's code before the function (imports, helpers) is put before the program, as the harness does."""
+    program = program_code(reply)
+    if program is None or not re.search(rf"^(?:async\s+)?def\s+{re.escape(examples.entry)}\s*\(", program,
+                                         re.MULTILINE):
+        return False
+    at = re.search(rf"^def\s+{re.escape(examples.entry)}\s*\(", examples.code, re.MULTILINE)
+    header = examples.code[:at.start()] if at else ""
+    return run_check(header + program, examples.code, examples.test(), examples.entry,
+                     Limits(timeout_s=EXAMPLES_TIMEOUT_S)).passed

@@ -1,0 +1,97 @@
+"""A stop rule's `examples` gate: the first parent whose program passes the task's own examples is taken alone.
+
+The examples are read from the task text (a real HumanEval prompt, as the harness poses it); each program runs
+in the real sandbox. The workers are a scripted test double keyed by each voter's duty, so which parents run
+and which program each wrote is known exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lemon.benchmarks.base import Item
+from lemon.benchmarks.humaneval import code_prompt
+from lemon.benchmarks.registry import load_split
+from lemon.evaluation.baselines import baseline_spec, supports
+from lemon.llm.base import ChatRequest
+from lemon.llm.scripted import ScriptedBackend
+from lemon.runtime import Executor
+from lemon.runtime.examples_gate import TaskExamples, passes_examples, task_examples
+from lemon.spec.model import Agent, Spec, StopRule
+from lemon.spec.roles import RoleLibrary
+from tests.pools import scripted_pool
+
+ROLES = RoleLibrary.load()
+
+
+def _item(data_dir: Path, item_id: str = "HumanEval/0") -> Item:
+    return next(i for i in load_split("humaneval", "test", data_dir) if i.id == item_id)
+
+
+def _program(item: Item, body: str | None = None) -> str:
+    """A reply with the whole function: the canonical solution, or `body`."""
+    return f"Here it is.\n```python\n{item.meta['prompt']}{body or item.meta['canonical_solution']}```"
+
+
+def test_the_examples_are_read_from_the_task_text_alone(data_dir: Path) -> None:
+    found = task_examples(code_prompt(_item(data_dir)))
+    assert found == TaskExamples("has_close_elements", found.code if found else "", (
+        ("has_close_elements([1.0, 2.0, 3.0], 0.5)", "False"),
+        ("has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3)", "True")))
+    assert task_examples("What is 2 + 2?") is None
+    assert task_examples("```python\ndef f(x):\n    return x\n```") is None  # a function without examples
+    # an example that wraps the call is not the function's: none left, so no examples
+    assert task_examples(code_prompt(_item(data_dir, "HumanEval/32"))) is None
+
+
+def test_a_program_passes_only_when_it_defines_the_function_and_gets_every_example(data_dir: Path) -> None:
+    item = _item(data_dir)
+    examples = task_examples(code_prompt(item))
+    assert examples is not None
+    assert passes_examples(_program(item), examples)
+    assert not passes_examples(_program(item, "    return False\n"), examples)  # right on one example of two
+    assert not passes_examples(_program(item, "    while True:\n        pass\n"), examples)  # cut by the time limit
+    assert not passes_examples("```python\nimport os\nos.system('echo hi')\n```", examples)  # no function
+    assert not passes_examples("No code, sorry.", examples)
+
+
+def _voters(programs: list[str]) -> ScriptedBackend:
+    def reply(request: ChatRequest) -> str:
+        system = request.messages[0].content
+        return next(p for i, p in enumerate(programs) if f"Voter {i}." in system)
+    return ScriptedBackend("scripted", responder=reply)
+
+
+def _team(n: int, rule: StopRule) -> Spec:
+    voters = tuple(Agent(name=f"v{i}", role="programmer", duty=f"Voter {i}.", capacity="large") for i in range(n))
+    vote = Agent(name="vote", role="majority_vote", capacity="large", depends_on=tuple(v.name for v in voters),
+                 stop=rule)
+    return Spec(agents=(*voters, vote), output="vote")
+
+
+async def test_voters_run_one_at_a_time_until_a_program_passes_and_it_answers_alone(data_dir: Path) -> None:
+    item = _item(data_dir)
+    wrong, right = _program(item, "    return False\n"), _program(item)
+    result = await Executor(scripted_pool(_voters([wrong, right, wrong, wrong])), ROLES).run(
+        _team(4, StopRule(examples=True)), code_prompt(item))
+    ran = [e["agent"] for e in result.trace.events if e["type"] == "return" and e["agent"] != "vote"]
+    assert ran == ["v0", "v1"] and result.answer == right
+    stop = result.early_stops[0]
+    assert stop["fired"] and stop["sure"] == "v1" and stop["scores"] == {"v0": 0, "v1": 1}
+    assert stop["skipped"] == ["v2", "v3"] and stop["rule"] == "{examples: true}"
+
+
+async def test_without_a_passing_program_or_without_examples_every_voter_runs_and_the_vote_stands(
+        data_dir: Path) -> None:
+    item = _item(data_dir)
+    wrong, other = _program(item, "    return False\n"), _program(item, "    return True\n")
+    pool = scripted_pool(_voters([wrong, other, other]))
+    failing = await Executor(pool, ROLES).run(_team(3, StopRule(examples=True)), code_prompt(item))
+    assert failing.answer == other and not failing.early_stops[0]["fired"]  # the vote of all three
+    no_examples = await Executor(pool, ROLES).run(_team(3, StopRule(examples=True)), "Write has_close_elements.")
+    assert no_examples.answer == other and no_examples.early_stops[0]["scores"] == dict.fromkeys(("v0", "v1", "v2"))
+
+
+def test_exsc_is_sc_cot_s_team_behind_the_examples_gate_for_code_only() -> None:
+    team, sc = baseline_spec("exsc", "code", level="large"), baseline_spec("sc-cot", "code", level="large")
+    assert team.agents[:-1] == sc.agents[:-1] and team.agents[-1].stop == StopRule(examples=True)
+    assert supports("exsc", "code") and not supports("exsc", "number") and not supports("exsc", "choice")
