@@ -137,6 +137,8 @@ SUM_LOOP = "def add(xs):\n    t = 0\n    for x in xs:\n        t += x\n    retur
     # bare code between prose
     ("Sure! Here it is:\n\nimport math\n\n" + SUM_LOOP + "\nThis works because it loops.",
      "import math\n\n" + SUM_LOOP),
+    # the instruction's inline fence echoed in prose opens no block (HumanEval/12, a right program graded wrong)
+    ("Here it is in a single ```python code block```:\n\n" + FENCED + "\n\nIt returns `sum(xs)`.", FULL),
     ("```python\n" + FULL, FULL),                                           # unclosed fence (truncated reply)
     ("```python\ndef add(xs):\n    return sum(xs)```", FULL),               # closing fence on the code line
     ("    def add(xs):\n        return sum(xs)", FULL),                      # indented whole function

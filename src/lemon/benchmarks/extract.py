@@ -382,7 +382,9 @@ def extract_choice(text: str, choices: Sequence[str] = (), letters: str | None =
 
 # ---- code -----------------------------------------------------------------------------------------------
 
-_FENCE = re.compile(r"```[ \t]*(?P<lang>[A-Za-z0-9_+.-]*)[^\n]*\n(?P<body>.*?)(?:```|\Z)", re.DOTALL)
+# An opening fence is ``` and a language tag ending its line: "a single ```python code block```:", the instruction
+# echoed in prose, opens nothing (it once swallowed the real block and graded a right program wrong).
+_FENCE = re.compile(r"```[ \t]*(?P<lang>[A-Za-z0-9_+.-]*)[ \t]*\n(?P<body>.*?)(?:```|\Z)", re.DOTALL)
 _PY_LANGS = {"", "python", "py", "python3", "py3"}
 _CODE_START = re.compile(r"^(?:from\s+[\w.]+\s+import\b|import\s+\w|def\s+\w|class\s+\w|async\s+def\s|@\w)")
 _CODE_LINE = re.compile(r"^(?:[ \t]|#|$|from\s+[\w.]+\s+import\b|import\s|def\s|class\s|async\s|@"
