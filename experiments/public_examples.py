@@ -1,16 +1,19 @@
 """Does running a team's programs on the prompt's own examples pick a passing one? A verifier for code teams.
 
 Why: `lemon report --replies` on HumanEval (30 test items x 2 seeds, `large`) found that the 5-vote's output
-passed on 50 pairs while some voter's program passed on 57: programs rarely match as text, so the runtime's vote
-falls to the first voter. The chain's solver passed on 50 and its output on 41: a later agent broke a passing
+passed on 51 pairs while some voter's program passed on 57: programs rarely match as text, so the runtime's vote
+falls to the first voter. The chain's solver passed on 50 and its output on 42: a later agent broke a passing
 program. The prompt's docstring shows examples (`>>> f(x)` then the value), which any user of the team has: run
 every agent's program on them in the sandbox and answer with the first one that passes them all.
 
-The rule, fixed before it was measured: candidates in order are the team's output, then every agent in the
-spec's order; the answer is the first whose program passes all of the item's public examples; with no passing
-candidate, or an item without examples that Python can read back, the output stays. Graded with the upstream
-tests (the benchmark's own grader), on the stored replies (no model call), paired against the output on the same
-(item, seed) pairs with the exact McNemar test.
+The examples are read from the task text as the runtime's `examples` gate reads them (`lemon.runtime.examples_gate`,
+which this replay preceded); the programs as the benchmark's extractor reads them. The rule, fixed before it was
+measured: candidates in order are the team's output, then every agent in the spec's order; the answer is the
+first whose program passes all of the item's public examples; with no passing candidate, or an item without
+examples that Python can read back, the output stays. Graded with the upstream tests (the benchmark's own
+grader), on the stored replies (no model call), paired against the output on the same (item, seed) pairs with
+the exact McNemar test. Vote teams are also replayed drawn one voter at a time, stopping at the first passing
+program (what `exsc` runs).
 Usage: python experiments/public_examples.py [--store S] [--methods sc-cot chain tree complete random]
        [--split test] [--level large] [--threads 2]
 """
@@ -18,56 +21,36 @@ Usage: python experiments/public_examples.py [--store S] [--methods sc-cot chain
 from __future__ import annotations
 
 import argparse
-import ast
-import doctest
 import json
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from lemon.benchmarks.base import Item
 from lemon.benchmarks.extract import humaneval_program
+from lemon.benchmarks.humaneval import code_prompt
 from lemon.benchmarks.registry import get_benchmark, load_split
 from lemon.errors import run_script
 from lemon.evaluation.agent_replies import ReplyGrader
 from lemon.evaluation.report import mcnemar_exact
 from lemon.evaluation.store import ResultsStore, RunInfo
 from lemon.paths import lemon_home
+from lemon.runtime.examples_gate import EXAMPLES_TIMEOUT_S, TaskExamples, task_examples
 from lemon.sandbox.runner import Limits, run_check
 
 BENCHMARK = "humaneval"
 
 
-def public_examples(item: Item) -> list[tuple[str, str]]:
-    """(call, expected value) for each docstring example that calls the entry point and shows a Python literal
-    (nothing shown reads as None; the docstring's closing quotes are not part of the value)."""
-    entry, found = item.meta["entry_point"], []
-    for example in doctest.DocTestParser().get_examples(item.meta["prompt"]):
-        call = example.source.strip()
-        want = example.want.split('"""')[0].split("'''")[0].strip() or "None"
-        if not call.startswith(f"{entry}("):
-            continue
-        try:
-            ast.literal_eval(want)
-        except (ValueError, SyntaxError):
-            continue
-        found.append((call, want))
-    return found
+def public_examples(item: Item) -> TaskExamples | None:
+    """The examples the item's task text shows, read as the runtime's `examples` gate reads them (None: none)."""
+    return task_examples(code_prompt(item))
 
 
-def examples_test(item: Item, examples: Sequence[tuple[str, str]]) -> str:
-    """HumanEval's test shape (`check(candidate)`) asserting each example's value."""
-    entry = item.meta["entry_point"]
-    lines = [f"    assert candidate{call[len(entry):]} == {want}" for call, want in examples]
-    return "def check(candidate):\n" + "\n".join(lines) + "\n"
-
-
-def passes_examples(code: str, item: Item, examples: Sequence[tuple[str, str]]) -> bool:
-    """Whether `code` (a reply's extracted program) passes `examples`, run like the upstream tests: two sandboxes,
-    the examples' process calling the candidate through a pipe."""
-    meta = item.meta
-    program = humaneval_program(code, meta["prompt"], meta["entry_point"])
-    return run_check(program, meta["prompt"], examples_test(item, examples), meta["entry_point"],
-                     Limits(timeout_s=10.0)).passed
+def passes_examples(code: str, item: Item, examples: TaskExamples) -> bool:
+    """Whether `code` (a reply's program, as the benchmark's extractor reads it) passes `examples`, run like the
+    upstream tests: two sandboxes, the examples' process calling the candidate through a pipe."""
+    program = humaneval_program(code, item.meta["prompt"], examples.entry)
+    return run_check(program, examples.code, examples.test(), examples.entry,
+                     Limits(timeout_s=EXAMPLES_TIMEOUT_S)).passed
 
 
 def candidates(trace: Mapping[str, object]) -> list[str]:
@@ -94,7 +77,8 @@ class ExampleRunner:
         todo = {(item.id, code): item for item, code in jobs
                 if (item.id, code) not in self.passed and public_examples(item)}
         with ThreadPoolExecutor(max_workers=self.threads) as pool:
-            verdicts = pool.map(lambda key: passes_examples(key[1], todo[key], public_examples(todo[key])), todo)
+            verdicts = pool.map(lambda key: passes_examples(key[1], todo[key], public_examples(todo[key])),  # type: ignore[arg-type]
+                                todo)
             self.passed.update(zip(todo, verdicts, strict=True))
 
 
