@@ -73,12 +73,13 @@ class ExampleRunner:
         self.threads, self.passed = threads, dict[tuple[str, str], bool]()
 
     def run(self, jobs: Sequence[tuple[Item, str]]) -> None:
-        """Run the jobs not yet run (an item without examples has nothing to run)."""
-        todo = {(item.id, code): item for item, code in jobs
-                if (item.id, code) not in self.passed and public_examples(item)}
+        """Run the jobs not yet run (an item without examples has nothing to run); each item's examples are read
+        once."""
+        shown = {item.id: public_examples(item) for item, _ in jobs}
+        todo = {(item.id, code): (item, found) for item, code in jobs
+                if (item.id, code) not in self.passed and (found := shown[item.id]) is not None}
         with ThreadPoolExecutor(max_workers=self.threads) as pool:
-            verdicts = pool.map(lambda key: passes_examples(key[1], todo[key], public_examples(todo[key])),  # type: ignore[arg-type]
-                                todo)
+            verdicts = pool.map(lambda key: passes_examples(key[1], *todo[key]), todo)
             self.passed.update(zip(todo, verdicts, strict=True))
 
 
