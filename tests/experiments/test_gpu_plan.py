@@ -128,7 +128,8 @@ def test_carry_then_assemble_restores_the_files_and_refuses_a_corrupted_one(tmp_
     for k in range(2, n):
         assert _sh("carry", f"{k:02d}", **env).returncode == 0
     chunk = next((work / "chunks").glob("b.gguf.*"))
-    chunk.write_bytes(b"x" + chunk.read_bytes()[1:])
+    data = chunk.read_bytes()
+    chunk.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])  # always a different byte (a fixed b"x" was one in 256)
     assert gpu.assemble(work) == 2 and not (work / "files" / "b.gguf").exists()
     for k in range(n):  # carrying again repairs it
         _sh("carry", f"{k:02d}", **env)
