@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from lemon.benchmarks.base import Item
 from lemon.benchmarks.humaneval import code_prompt
 from lemon.benchmarks.registry import load_split
@@ -16,6 +18,7 @@ from lemon.llm.base import ChatRequest
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Executor
 from lemon.runtime.examples_gate import TaskExamples, passes_examples, task_examples
+from lemon.sandbox.runner import SandboxError
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.roles import RoleLibrary
 from tests.pools import scripted_pool
@@ -95,3 +98,23 @@ def test_exsc_is_sc_cot_s_team_behind_the_examples_gate_for_code_only() -> None:
     team, sc = baseline_spec("exsc", "code", level="large"), baseline_spec("sc-cot", "code", level="large")
     assert team.agents[:-1] == sc.agents[:-1] and team.agents[-1].stop == StopRule(examples=True)
     assert supports("exsc", "code") and not supports("exsc", "number") and not supports("exsc", "choice")
+
+
+async def test_without_a_sandbox_the_gate_is_a_one_line_error_before_any_call(data_dir: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine without bubblewrap cannot run the examples: refused up front, as a logprob gate on a pool that
+    cannot score is, so a run that cannot gate spends nothing; a task without examples needs no sandbox."""
+    from lemon.runtime import examples_gate
+
+    def missing() -> str:
+        raise SandboxError("`bwrap` not found on PATH: code checks need it; install bubblewrap")
+
+    monkeypatch.setattr(examples_gate, "sandbox", missing)
+    item = _item(data_dir)
+    pool = scripted_pool(_voters([_program(item)] * 3))
+    result = await Executor(pool, ROLES).run(_team(3, StopRule(examples=True)), code_prompt(item))
+    assert result.status == "error" and result.calls == 0 and "\n" not in result.stop_reason
+    assert result.stop_reason == ("agent 'vote', field stop: its examples gate runs each parent's program in the "
+                                  "sandbox: `bwrap` not found on PATH: code checks need it; install bubblewrap")
+    no_examples = await Executor(pool, ROLES).run(_team(3, StopRule(examples=True)), "Write has_close_elements.")
+    assert no_examples.status == "ok"

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 from lemon.runtime.programs import program_code
-from lemon.sandbox.runner import Limits, run_check
+from lemon.sandbox.runner import Limits, SandboxError, run_check, sandbox
 
 #: Seconds one parent's program may take on the examples (the upstream checks allow 10 s too).
 EXAMPLES_TIMEOUT_S = 10.0
@@ -82,3 +82,13 @@ def passes_examples(reply: str, examples: TaskExamples) -> bool:
     header = examples.code[:at.start()] if at else ""
     return run_check(header + program, examples.code, examples.test(), examples.entry,
                      Limits(timeout_s=EXAMPLES_TIMEOUT_S)).passed
+
+
+def sandbox_refusal(voter: str) -> str | None:
+    """Why `voter`'s examples gate cannot run here (one line naming the fix), or None: checked before any parent
+    runs, as the logprob gate's pool is, so a run that cannot gate spends nothing."""
+    try:
+        sandbox()
+    except SandboxError as exc:
+        return f"agent {voter!r}, field stop: its examples gate runs each parent's program in the sandbox: {exc}"
+    return None

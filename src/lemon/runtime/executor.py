@@ -36,7 +36,7 @@ from lemon.runtime.budget import (
     reserve_all,
     settle_all,
 )
-from lemon.runtime.examples_gate import PASSED, TaskExamples, passes_examples, task_examples
+from lemon.runtime.examples_gate import PASSED, TaskExamples, passes_examples, sandbox_refusal, task_examples
 from lemon.runtime.node_cache import NodeCache, NodeOutput
 from lemon.runtime.stop_rules import SureGate, gate_refusal
 from lemon.runtime.trace import AgentTokens, StopDecision, Trace, TraceEvent
@@ -405,7 +405,10 @@ class _Run:
                 raise _Stop("error", refusal)
             gate = SureGate(rule.logprob)
         elif rule.examples:  # the task's examples, read once for the whole rule
-            gate, check = SureGate(PASSED), functools.partial(self._check_wave, examples=task_examples(self.task))
+            examples = task_examples(self.task)
+            if examples is not None and (refusal := await asyncio.to_thread(sandbox_refusal, agent.name)):
+                raise _Stop("error", refusal)
+            gate, check = SureGate(PASSED), functools.partial(self._check_wave, examples=examples)
         ran: list[str] = []
         width = rule.first_wave
         fired = False
