@@ -15,6 +15,7 @@ import pytest
 
 from lemon.errors import StorageError
 from lemon.evaluation.store import ItemRow, ResultsStore, default_store_path, make_run_id, new_claim_owner
+from lemon.llm.cache import SQLiteCache
 
 
 def _row(item: str, seed: int = 0, correct: bool = True, status: str = "ok") -> ItemRow:
@@ -226,29 +227,52 @@ def _wait_for_claim_owners(store: Path, n: int, procs: list[subprocess.Popen[str
                 db.close()
         if len(owners) >= n:
             return
-        assert all(p.poll() is None for p in procs), [p.communicate()[1][-1500:] for p in procs]
-        assert time.monotonic() < deadline, f"{len(owners)} of {n} processes claimed work within 120 s"
+        assert all(p.poll() is None for p in procs), _stopped_stderr(procs)
+        assert time.monotonic() < deadline, (f"{len(owners)} of {n} processes claimed work within 120 s",
+                                             _stopped_stderr(procs))
         time.sleep(0.05)
 
 
-# Each child opens a new store per round at the same instant as its siblings (a file barrier), writes one row
+def _stopped_stderr(procs: list[subprocess.Popen[str]]) -> list[str]:
+    """Each process's exit code and stderr tail, the ones still running killed first: reading a process that
+    waits for the hold file would wait for ever (a failure here once hung the suite instead of failing)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    errs = [p.communicate(timeout=30)[1][-1500:] for p in procs]
+    return [f"exit {p.returncode}: {err}" for p, err in zip(procs, errs, strict=True)]
+
+
+# Each child opens a new file per round at the same instant as its siblings (a file barrier), writes one row
 # and says "ok" or the one-line error; the parent releases a round only when all children are waiting on it.
+# The same race for both SQLite files a process opens: the results store and the LLM cache.
 _OPENER = """
 import sys, time
 from pathlib import Path
-from lemon.evaluation.store import ItemRow, ResultsStore
 from lemon.errors import StorageError
-folder, me, rounds = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+from lemon.evaluation.store import ItemRow, ResultsStore
+from lemon.llm.base import Completion
+from lemon.llm.cache import SQLiteCache
+folder, me, rounds, kind = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+
+def store(r):
+    with ResultsStore(folder / f"store-{r}.sqlite") as store:
+        store.ensure_run("r", benchmark="b", split="s", method="m", pool="p", level="l", seeds=1,
+                         n_items=1, config={})
+        store.put("r", ItemRow(item_id=me, seed=0, prediction="1", gold="1", correct=True, tokens={},
+                               total_tokens=1, latency_s=0.0, trace_id="t", status="ok"))
+
+def cache(r):
+    c = SQLiteCache(folder / f"cache-{r}.sqlite")
+    c.put(me, Completion("1", 1, 1, 0.0, "m"))
+    assert c.get(me) == ("1", 1, 1)
+
 for r in range(rounds):
     (folder / f"ready-{r}-{me}").touch()
     while not (folder / f"go-{r}").exists():
         time.sleep(0.0005)
     try:
-        with ResultsStore(folder / f"store-{r}.sqlite") as store:
-            store.ensure_run("r", benchmark="b", split="s", method="m", pool="p", level="l", seeds=1,
-                             n_items=1, config={})
-            store.put("r", ItemRow(item_id=me, seed=0, prediction="1", gold="1", correct=True, tokens={},
-                                   total_tokens=1, latency_s=0.0, trace_id="t", status="ok"))
+        {"store": store, "cache": cache}[kind](r)
         print(f"{r} ok", flush=True)
     except StorageError as exc:
         print(f"{r} error {exc}", flush=True)
@@ -261,17 +285,19 @@ def _cpu_burners(n: int) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
 
 
-def test_four_processes_starting_at_once_on_a_new_store_never_see_locked(tmp_path: Path) -> None:
-    """Old behaviour: "database is locked" at open (the WAL switch and schema creation raced) under load."""
+@pytest.mark.parametrize("kind", ["store", "cache"])
+def test_four_processes_starting_at_once_on_a_new_file_never_see_locked(tmp_path: Path, kind: str) -> None:
+    """Old behaviour: "database is locked" at open (the WAL switch and schema creation raced) under load: the
+    store's until issue 19, the LLM cache's until 2026-11-28 (it failed two `lemon eval` started together)."""
     rounds, n = 20, 4
     burners = _cpu_burners(2)
-    procs = [subprocess.Popen([sys.executable, "-c", _OPENER, str(tmp_path), str(i), str(rounds)],
+    procs = [subprocess.Popen([sys.executable, "-c", _OPENER, str(tmp_path), str(i), str(rounds), kind],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(n)]
     try:
         for r in range(rounds):
             deadline = time.monotonic() + 60
             while len(list(tmp_path.glob(f"ready-{r}-*"))) < n:
-                assert all(p.poll() is None for p in procs), [p.communicate()[1][-800:] for p in procs]
+                assert all(p.poll() is None for p in procs), _stopped_stderr(procs)
                 assert time.monotonic() < deadline, f"round {r}: children not ready within 60 s"
                 time.sleep(0.001)
             (tmp_path / f"go-{r}").touch()
@@ -284,5 +310,9 @@ def test_four_processes_starting_at_once_on_a_new_store_never_see_locked(tmp_pat
     assert len(lines) == rounds * n and all(line.endswith(" ok") for line in lines), \
         [line for line in lines if not line.endswith(" ok")][:5] or [err[-800:] for _, err in outs]
     for r in range(rounds):
-        with ResultsStore(tmp_path / f"store-{r}.sqlite") as store:
-            assert store.count("r") == n
+        if kind == "store":
+            with ResultsStore(tmp_path / f"store-{r}.sqlite") as store:
+                assert store.count("r") == n
+        else:
+            cache = SQLiteCache(tmp_path / f"cache-{r}.sqlite")
+            assert all(cache.get(str(i)) == ("1", 1, 1) for i in range(n))

@@ -27,12 +27,11 @@ import contextlib
 import hashlib
 import json
 import os
-import random
 import socket
 import sqlite3
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from lemon.errors import LemonError, StorageError
 from lemon.files import disk_full, not_regular
 from lemon.paths import ensure_dir, lemon_home
 from lemon.runtime.trace import AgentTokens
+from lemon.sqlitefile import ensure_wal, open_with_retry
 
 SCHEMA_VERSION = 1
 
@@ -199,7 +199,7 @@ class ResultsStore:
                                "path such as ./results.sqlite")
         ensure_dir(self.path.parent, "the results store")
         try:
-            self._db = _open_with_retry(self.path, self._initialise)
+            self._db = open_with_retry(self.path, self._initialise)
         except sqlite3.Error as exc:
             raise self._storage_error(exc) from None
 
@@ -207,13 +207,7 @@ class ResultsStore:
         """Journal mode, schema and version on a fresh connection; safe to repeat after a busy failure."""
         self._db = db
         db.row_factory = sqlite3.Row
-        db.execute("PRAGMA busy_timeout=30000")
-        # Switching to WAL needs an exclusive lock and fails at once (no busy handler) while another process
-        # opens the same new file; WAL is persistent, so only the first opener of a new store switches it.
-        if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
-            db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL is durable across process crashes in WAL mode (only an OS crash can lose the last commits).
-        db.execute("PRAGMA synchronous=NORMAL")
+        ensure_wal(db)
         db.execute("BEGIN IMMEDIATE")  # one creator at a time; the others wait in the busy handler
         try:
             for statement in (_SCHEMA + _EXPLAIN_SCHEMA).split(";"):
@@ -499,37 +493,6 @@ class ResultsStore:
 
     def _tx(self) -> _Transaction:
         return _Transaction(self)
-
-
-OPEN_DEADLINE_S = 60.0
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
-
-
-def _open_with_retry(path: Path, initialise: Callable[[sqlite3.Connection], None]) -> sqlite3.Connection:
-    """A connection on which `initialise` succeeded, retried while another process holds the new file.
-
-    Some steps of opening a new WAL database (the journal-mode switch, the first read of a WAL being created)
-    answer SQLITE_BUSY at once instead of waiting in the busy handler; a concurrent start then failed with
-    "database is locked". Those are retried with a short random back-off until `OPEN_DEADLINE_S`."""
-    deadline = time.monotonic() + OPEN_DEADLINE_S
-    rng = random.Random(os.getpid())
-    while True:
-        db = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-        try:
-            initialise(db)
-            return db
-        except sqlite3.Error as exc:
-            db.close()
-            if not _is_busy(exc) or time.monotonic() > deadline:
-                raise
-        except BaseException:
-            db.close()
-            raise
-        time.sleep(rng.uniform(0.01, 0.1))
 
 
 def open_existing_store(path: Path) -> ResultsStore:

@@ -26,6 +26,7 @@ from lemon.errors import BackendError, StorageError
 from lemon.files import disk_full
 from lemon.llm.base import Backend, ChatRequest, Completion, Scorer, request_key
 from lemon.paths import ensure_dir
+from lemon.sqlitefile import ensure_wal, open_with_retry
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,15 @@ def score_key(model_id: str, request: ChatRequest, reply: str) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def _initialise(db: sqlite3.Connection) -> None:
+    """WAL, the schema, and a read that fails on a file of another shape; safe to repeat after a busy failure
+    (another process opening the same new file: `lemon.sqlitefile`)."""
+    ensure_wal(db)
+    db.execute(_SCHEMA)
+    db.execute(_SCORES_SCHEMA)
+    db.execute("SELECT key, model, text, prompt_tokens, completion_tokens, created FROM completions LIMIT 1").fetchall()
+
+
 class SQLiteCache:
     """The cache file; one connection per process, guarded by a lock (calls are short)."""
 
@@ -65,14 +75,7 @@ class SQLiteCache:
         ensure_dir(self.path.parent, "the LLM cache")
         self._lock = threading.Lock()
         try:
-            self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0, isolation_level=None)
-            self._conn.execute("PRAGMA busy_timeout=30000")
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute(_SCHEMA)
-            self._conn.execute(_SCORES_SCHEMA)
-            self._conn.execute("SELECT key, model, text, prompt_tokens, completion_tokens, created "
-                               "FROM completions LIMIT 1").fetchall()
+            self._conn = open_with_retry(self.path, _initialise, check_same_thread=False)
         except sqlite3.Error as exc:
             raise self._error(exc) from None
 
