@@ -82,7 +82,7 @@ def test_unusable_output_runs_the_template_team_of_the_task_kind(roles: RoleLibr
         assert len(warnings) == 1 and "using the default orchestration's team" in warnings[0]
     roles_run = {a.role for a in spec.agents}
     assert roles_run == {"number": {"math_solver", "majority_vote"}, "choice": {"knowledge_expert", "majority_vote"},
-                         "code": {"programmer", "majority_vote"}}[kind]
+                         "code": {"programmer"}}[kind]
 
 
 def test_the_fallback_maps_onto_any_pool(roles: RoleLibrary) -> None:

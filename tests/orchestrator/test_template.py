@@ -12,8 +12,6 @@ from hypothesis import strategies as st
 from lemon.benchmarks.registry import BENCHMARKS, load_split
 from lemon.orchestrator.template import KINDS, TemplateOrchestrator, task_kind, team_spec
 from lemon.runtime.executor import required_agents
-from lemon.sandbox.runner import SandboxError
-from lemon.spec.model import StopRule
 from lemon.spec.roles import RoleLibrary
 
 ROLES = RoleLibrary.load()
@@ -62,30 +60,3 @@ def test_a_team_of_the_data_file_may_carry_a_stop_rule(monkeypatch: pytest.Monke
     monkeypatch.setattr(template, "teams_data", lambda: {"number": team})
     spec = template.team_spec("number", RoleLibrary.load(), ("small", "medium", "large"))
     assert spec.agent("vote").stop == StopRule(agree=2) and spec.agent("v2").capacity == "large"
-
-
-def test_the_code_team_is_exsc_at_the_strongest_level_so_it_draws_the_same_samples() -> None:
-    """The default code team is the `exsc` baseline (measured: docs/results.md), agent for agent but the names,
-    which no request holds: so its voters draw exsc's samples (`sample_slot`) and the two are paired."""
-    from lemon.evaluation.baselines import baseline_spec
-
-    team, exsc = team_spec("code", ROLES, ("small", "medium", "large")), baseline_spec("exsc", "code", level="large")
-    fields = [(a.role, a.duty, a.capacity, len(a.depends_on), a.stop) for a in team.agents]
-    assert fields == [(a.role, a.duty, a.capacity, len(a.depends_on), a.stop) for a in exsc.agents]
-    assert team.output == team.agents[-1].name and team.agents[-1].stop == StopRule(examples=True)
-
-
-def test_without_a_sandbox_the_code_team_is_its_first_programmer_with_a_warning(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from lemon.orchestrator import template
-
-    def missing() -> str:
-        raise SandboxError("`bwrap` not found on PATH: code checks need it; install bubblewrap")
-
-    monkeypatch.setattr(template, "sandbox", missing)
-    with caplog.at_level("WARNING", logger="lemon.orchestrator.template"):
-        spec = team_spec("code", ROLES, ("small", "large"))
-    assert len(spec.agents) == 1 and spec.output == spec.agents[0].name
-    assert spec.agents[0].role == "programmer" and spec.agents[0].capacity == "large" and spec.agents[0].stop is None
-    assert "examples gate cannot run" in caplog.text and "bubblewrap" in caplog.text
-    assert len(team_spec("number", ROLES, ("small", "large")).agents) == 4  # no gate: the sandbox is not asked

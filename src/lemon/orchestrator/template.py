@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import re
 from collections.abc import Sequence
 from functools import cache
@@ -22,7 +21,6 @@ from importlib import resources
 from typing import Any, Literal
 
 from lemon.orchestrator.base import Proposal
-from lemon.sandbox.runner import SandboxError, sandbox
 from lemon.spec.model import Agent, Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -31,8 +29,6 @@ from lemon.yamlfile import load_yaml
 
 Kind = Literal["number", "choice", "code"]
 KINDS: tuple[Kind, ...] = ("number", "choice", "code")
-
-log = logging.getLogger(__name__)
 
 _CODE = re.compile(r"```python|^\s*def \w+\(.*\)\s*(->.*)?:\s*$", re.MULTILINE)
 _OPTION = re.compile(r"^\s*\(?([A-J])[).:]\s+\S", re.MULTILINE)
@@ -73,36 +69,13 @@ def resolve_capacity(relative: str, levels: Sequence[str]) -> str:
 
 
 def team_spec(kind: Kind, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
-    """The validated team for `kind` on a pool with `levels` (weakest first); a team whose `examples` gate
-    cannot run here (no sandbox) is its first agent alone (`without_examples_gate`)."""
+    """The validated team for `kind` on a pool with `levels` (weakest first)."""
     data = teams_data()[kind]
     agents = tuple(Agent(name=a["name"], role=a["role"], duty=a.get("duty", ""),
                          capacity=resolve_capacity(a["capacity"], levels),
                          depends_on=tuple(a.get("depends_on", ())), stop=a.get("stop"))
                    for a in data["agents"])
-    spec = validate_spec(Spec(agents=agents, output=data["output"]), roles, levels)
-    if any(a.stop is not None and a.stop.examples for a in spec.agents) and (why := sandbox_missing()):
-        return without_examples_gate(spec, why)
-    return spec
-
-
-def sandbox_missing() -> str | None:
-    """Why the code sandbox cannot start on this machine (one line), or None when it can."""
-    try:
-        sandbox()
-    except SandboxError as exc:
-        return str(exc)
-    return None
-
-
-def without_examples_gate(spec: Spec, why: str) -> Spec:
-    """The team's first agent alone, with a warning: an `examples` gate needs the sandbox, and without its gate
-    a vote over programs answers with its first voter's program anyway (five samples rarely match as text:
-    docs/results.md, "Where code teams lose the program"), at five times the tokens."""
-    first = spec.agents[0]
-    log.warning("the code team's examples gate cannot run programs here (%s); one programmer answers without it",
-                why)
-    return Spec(agents=(first.model_copy(update={"depends_on": (), "stop": None}),), output=first.name)
+    return validate_spec(Spec(agents=agents, output=data["output"]), roles, levels)
 
 
 class TemplateOrchestrator:
