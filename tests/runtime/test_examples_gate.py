@@ -118,3 +118,40 @@ async def test_without_a_sandbox_the_gate_is_a_one_line_error_before_any_call(da
                                   "sandbox: `bwrap` not found on PATH: code checks need it; install bubblewrap")
     no_examples = await Executor(pool, ROLES).run(_team(3, StopRule(examples=True)), "Write has_close_elements.")
     assert no_examples.status == "ok"
+
+
+def _train_item(data_dir: Path, item_id: str) -> Item:
+    return next(i for i in load_split("humaneval", "train", data_dir) if i.id == item_id)
+
+
+def test_examples_written_in_prose_are_read_too(data_dir: Path) -> None:
+    """Half of HumanEval's prompts show their examples in prose (26 of the 40 `train` items have no doctest):
+    each way of writing one that the `train` prompts use, read from the real prompt."""
+    def cases(item_id: str) -> tuple[tuple[str, str], ...]:
+        found = task_examples(code_prompt(_train_item(data_dir, item_id)))
+        return found.cases if found else ()
+
+    assert cases("HumanEval/95")[0] == ('check_dict_case({"a":"apple", "b":"banana"})', "True")  # should return X.
+    assert cases("HumanEval/126")[2] == ("is_sorted([1, 3, 2, 4, 5])", "False")  # ➞
+    assert cases("HumanEval/148")[0] == ('bf("Jupiter", "Neptune")', '("Saturn", "Uranus")')  # ==>
+    assert cases("HumanEval/102") == (("choose_num(12, 15)", "14"), ("choose_num(13, 12)", "-1"))  # =
+    assert cases("HumanEval/98")[0] == ("count_upper('aBCdEf')", "1")  # returns
+    assert cases("HumanEval/79")[0] == ("decimal_to_binary(15)", '"db1111db"')  # # returns
+    assert cases("HumanEval/150") == (("x_or_y(7, 34, 12)", "34"), ("x_or_y(15, 8, 5)", "5"))  # for f(x) == y
+    assert cases("HumanEval/108")[0] == ("count_nums([])", "0")  # >>> f(x) == y, nothing shown
+    assert cases("HumanEval/67") == ()  # f(x) -> 19 - 5 - 6 = 8: not a value, skipped
+
+
+def test_every_train_items_reference_solution_passes_the_examples_read_from_its_prompt(data_dir: Path) -> None:
+    """External truth: the upstream canonical solution passes every example the gate reads, on all 31 `train`
+    items it reads any from, but the two whose docstrings are wrong upstream (HumanEval/47's median of six is 8.0,
+    not 15.0; HumanEval/148 writes the one-tuple ("Venus",) as ("Venus"), a string)."""
+    read, failing = 0, set()
+    for item in load_split("humaneval", "train", data_dir):
+        found = task_examples(code_prompt(item))
+        if found is None:
+            continue
+        read += 1
+        if not passes_examples(_program(item), found):
+            failing.add(item.id)
+    assert read == 31 and failing == {"HumanEval/47", "HumanEval/148"}
