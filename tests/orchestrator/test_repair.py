@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lemon.orchestrator.repair import extract_object_text, fallback_spec, spec_from_output
-from lemon.orchestrator.template import task_kind, team_spec
+from lemon.orchestrator.template import task_kind, team_of, team_spec
 from lemon.spec.roles import RoleLibrary
 from tests.pools import LEVELS
 
@@ -78,7 +78,7 @@ def test_unusable_output_runs_the_template_team_of_the_task_kind(roles: RoleLibr
                 "def add(a, b):\n    return a + b\n```"):
         spec, source, warnings = spec_from_output(raw, _TASKS[kind], roles, LEVELS)
         assert source == "fallback" and task_kind(_TASKS[kind]) == kind
-        assert spec == team_spec(kind, roles, LEVELS) == fallback_spec(_TASKS[kind], roles, LEVELS)
+        assert spec == team_spec(team_of(_TASKS[kind]), roles, LEVELS) == fallback_spec(_TASKS[kind], roles, LEVELS)
         assert len(warnings) == 1 and "using the default orchestration's team" in warnings[0]
     roles_run = {a.role for a in spec.agents}
     assert roles_run == {"number": {"math_solver", "majority_vote"}, "choice": {"knowledge_expert", "majority_vote"},

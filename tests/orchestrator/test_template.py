@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lemon.benchmarks.registry import BENCHMARKS, load_split
-from lemon.orchestrator.template import KINDS, TemplateOrchestrator, task_kind, team_spec
+from lemon.orchestrator.template import TEAMS, TemplateOrchestrator, task_kind, team_of, team_spec
 from lemon.runtime.executor import required_agents
+from lemon.sandbox.runner import SandboxError
 from lemon.spec.roles import RoleLibrary
 
 ROLES = RoleLibrary.load()
@@ -32,7 +33,7 @@ def test_readme_example_is_a_word_problem() -> None:
 
 def test_every_team_is_valid_and_runs_every_agent_on_every_pool_shape() -> None:
     for levels in (("small", "medium", "large"), ("only",), ("a", "b")):
-        for kind in KINDS:
+        for kind in TEAMS:
             spec = team_spec(kind, ROLES, levels)
             assert required_agents(spec) == {a.name for a in spec.agents}  # nothing pruned
             assert not spec.descendants(spec.final_agent())
@@ -60,3 +61,39 @@ def test_a_team_of_the_data_file_may_carry_a_stop_rule(monkeypatch: pytest.Monke
     monkeypatch.setattr(template, "teams_data", lambda: {"number": team})
     spec = template.team_spec("number", RoleLibrary.load(), ("small", "medium", "large"))
     assert spec.agent("vote").stop == StopRule(agree=2) and spec.agent("v2").capacity == "large"
+
+
+def test_a_code_task_gets_five_programmers_behind_its_examples_only_when_it_shows_runnable_ones(
+        data_dir: Path) -> None:
+    """Real HumanEval `train` prompts: doctest examples (HumanEval/47) or examples in prose (HumanEval/95) send
+    the task to exsc's team, agent for agent (names aside, which no request holds, so it draws exsc's samples);
+    a task whose examples are not readable (HumanEval/67 writes `f(x) -> 19 - 5 - 6 = 8`) to one programmer."""
+    from lemon.benchmarks.humaneval import code_prompt
+    from lemon.evaluation.baselines import baseline_spec
+
+    items = {str(i.id): i for i in load_split("humaneval", "train", data_dir)}
+    assert [team_of(code_prompt(items[i])) for i in ("HumanEval/47", "HumanEval/95", "HumanEval/67")] == \
+        ["code", "code", "code_unchecked"]
+    assert team_of("What is 2 + 2?") == "number"
+    team, exsc = team_spec("code", ROLES, ("small", "large")), baseline_spec("exsc", "code", level="large")
+    assert [(a.role, a.duty, a.capacity, len(a.depends_on), a.stop) for a in team.agents] == \
+        [(a.role, a.duty, a.capacity, len(a.depends_on), a.stop) for a in exsc.agents]
+    one = team_spec("code_unchecked", ROLES, ("small", "large"))
+    assert [(a.role, a.duty, a.capacity) for a in one.agents] == [("programmer", "", "large")]
+
+
+def test_without_a_sandbox_a_code_task_with_examples_gets_one_programmer_and_a_warning(
+        data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from lemon.benchmarks.humaneval import code_prompt
+    from lemon.orchestrator import template
+
+    def missing() -> str:
+        raise SandboxError("`bwrap` not found on PATH: code checks need it; install bubblewrap")
+
+    monkeypatch.setattr(template, "sandbox", missing)
+    task = code_prompt(load_split("humaneval", "test", data_dir)[0])
+    with caplog.at_level("WARNING", logger="lemon.orchestrator.template"):
+        assert team_of(task) == "code_unchecked"
+    assert "cannot be run here" in caplog.text and "bubblewrap" in caplog.text
+    proposal = asyncio.run(TemplateOrchestrator(ROLES, ("small", "large")).propose(task))
+    assert proposal.extra["team"] == "code_unchecked" and len(proposal.spec.agents) == 1

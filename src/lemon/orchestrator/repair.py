@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from lemon.errors import SpecError
-from lemon.orchestrator.template import task_kind, team_spec, teams_identity
+from lemon.orchestrator.template import team_of, team_spec, teams_identity
 from lemon.spec.model import MAX_AGENTS, MAX_DUTY_LEN, NAME_PATTERN, Spec
 from lemon.spec.parse import load_data, parse_spec
 from lemon.spec.roles import RoleLibrary
@@ -124,7 +124,7 @@ def _repair_output(output: Any, agents: list[dict[str, Any]], warnings: list[str
 
 
 def fallback_spec(task: str, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
-    """What runs in place of unusable output: the default orchestration's team for the task's answer kind.
+    """What runs in place of unusable output: the default orchestration's team for the task (`team_of`).
 
     Why not a fixed default spec (`prompts/fallback.yaml`, a 0.5B solver then a 1.5B critic, until
     2026-11-27): on MMLU the six-benchmark table's trained policies wrote unusable output on 28 and 24 of 60
@@ -132,7 +132,7 @@ def fallback_spec(task: str, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
     HumanEval asks for code, not a spec, so it ran on all 60. The template's team is the measured best default
     for each kind (`prompts/teams.yaml` says why), so a failed orchestrator costs what no orchestration would.
     """
-    return team_spec(task_kind(task), roles, levels)
+    return team_spec(team_of(task), roles, levels)
 
 
 def fallback_identity() -> str:

@@ -7,13 +7,16 @@ MultiArith), e.g. naming a middle agent as output so the strongest agent never r
 the pool's levels; the prompted and trained orchestrators remain available behind the same interface.
 
 The kind is read from the task text: a Python signature or code fence -> `code`; at least three lettered
-options such as `(A) ...` / `B) ...` -> `choice`; anything else -> `number` (word problems).
+options such as `(A) ...` / `B) ...` -> `choice`; anything else -> `number` (word problems). A code task's team
+depends on the task too: five programmers behind its own examples when it shows examples the sandbox can run,
+one programmer when it does not (`team_of`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Sequence
 from functools import cache
@@ -21,6 +24,8 @@ from importlib import resources
 from typing import Any, Literal
 
 from lemon.orchestrator.base import Proposal
+from lemon.runtime.examples_gate import task_examples
+from lemon.sandbox.runner import SandboxError, sandbox
 from lemon.spec.model import Agent, Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -29,6 +34,11 @@ from lemon.yamlfile import load_yaml
 
 Kind = Literal["number", "choice", "code"]
 KINDS: tuple[Kind, ...] = ("number", "choice", "code")
+#: A team of `prompts/teams.yaml`: one per kind, and one for code whose examples cannot be run (`team_of`).
+Team = Literal["number", "choice", "code", "code_unchecked"]
+TEAMS: tuple[Team, ...] = (*KINDS, "code_unchecked")
+
+log = logging.getLogger(__name__)
 
 _CODE = re.compile(r"```python|^\s*def \w+\(.*\)\s*(->.*)?:\s*$", re.MULTILINE)
 _OPTION = re.compile(r"^\s*\(?([A-J])[).:]\s+\S", re.MULTILINE)
@@ -68,8 +78,31 @@ def resolve_capacity(relative: str, levels: Sequence[str]) -> str:
     raise ValueError(f"teams.yaml: unknown relative capacity {relative!r} (use strongest or second)")
 
 
-def team_spec(kind: Kind, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
-    """The validated team for `kind` on a pool with `levels` (weakest first)."""
+def team_of(task: str) -> Team:
+    """The team of `prompts/teams.yaml` for `task`: its kind's, but a code task whose examples cannot be run
+    (it shows none that `runtime.examples_gate` reads, or this machine has no sandbox) gets `code_unchecked`,
+    one programmer: five programmers only pay when the task can check their programs (teams.yaml says why)."""
+    kind = task_kind(task)
+    if kind != "code" or task_examples(task) is None:
+        return "code_unchecked" if kind == "code" else kind
+    if why := sandbox_missing():
+        log.warning("this task's examples cannot be run here (%s); one programmer answers it unchecked", why)
+        return "code_unchecked"
+    return "code"
+
+
+def sandbox_missing() -> str | None:
+    """Why the code sandbox cannot start on this machine (one line), or None when it can."""
+    try:
+        sandbox()
+    except SandboxError as exc:
+        return str(exc)
+    return None
+
+
+def team_spec(kind: Team, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
+    """The validated team named `kind` (an answer kind, or `code_unchecked`) on a pool with `levels` (weakest
+    first)."""
     data = teams_data()[kind]
     agents = tuple(Agent(name=a["name"], role=a["role"], duty=a.get("duty", ""),
                          capacity=resolve_capacity(a["capacity"], levels),
@@ -92,10 +125,10 @@ class TemplateOrchestrator:
         return 0
 
     async def propose(self, task: str, *, seed: int = 0) -> Proposal:
-        kind = task_kind(task)
-        spec = team_spec(kind, self.roles, self.levels)
-        return Proposal(spec=spec, source="template", raw=render_spec(spec).text, extra={"kind": kind,
-                                                                                      "orchestrator": "template"})
+        team = team_of(task)
+        spec = team_spec(team, self.roles, self.levels)
+        return Proposal(spec=spec, source="template", raw=render_spec(spec).text,
+                        extra={"kind": task_kind(task), "team": team, "orchestrator": "template"})
 
     async def aclose(self) -> None:
         return None
