@@ -100,10 +100,10 @@ def sandbox_missing() -> str | None:
     return None
 
 
-def team_spec(kind: Team, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
-    """The validated team named `kind` (an answer kind, or `code_unchecked`) on a pool with `levels` (weakest
+def team_spec(team: Team, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
+    """The validated team named `team` (an answer kind, or `code_unchecked`) on a pool with `levels` (weakest
     first)."""
-    data = teams_data()[kind]
+    data = teams_data()[team]
     agents = tuple(Agent(name=a["name"], role=a["role"], duty=a.get("duty", ""),
                          capacity=resolve_capacity(a["capacity"], levels),
                          depends_on=tuple(a.get("depends_on", ())), stop=a.get("stop"))
