@@ -85,12 +85,12 @@ def test_a_code_task_gets_five_programmers_behind_its_examples_only_when_it_show
 def test_without_a_sandbox_a_code_task_with_examples_gets_one_programmer_and_a_warning(
         data_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     from lemon.benchmarks.humaneval import code_prompt
-    from lemon.orchestrator import template
+    from lemon.runtime import examples_gate
 
     def missing() -> str:
         raise SandboxError("`bwrap` not found on PATH: code checks need it; install bubblewrap")
 
-    monkeypatch.setattr(template, "sandbox", missing)
+    monkeypatch.setattr(examples_gate, "sandbox", missing)
     task = code_prompt(load_split("humaneval", "test", data_dir)[0])
     with caplog.at_level("WARNING", logger="lemon.orchestrator.template"):
         assert team_of(task) == "code_unchecked"

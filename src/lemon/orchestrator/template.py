@@ -24,8 +24,7 @@ from importlib import resources
 from typing import Any, Literal
 
 from lemon.orchestrator.base import Proposal
-from lemon.runtime.examples_gate import task_examples
-from lemon.sandbox.runner import SandboxError, sandbox
+from lemon.runtime.examples_gate import sandbox_missing, task_examples
 from lemon.spec.model import Agent, Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -89,15 +88,6 @@ def team_of(task: str) -> Team:
         log.warning("this task's examples cannot be run here (%s); one programmer answers it unchecked", why)
         return "code_unchecked"
     return "code"
-
-
-def sandbox_missing() -> str | None:
-    """Why the code sandbox cannot start on this machine (one line), or None when it can."""
-    try:
-        sandbox()
-    except SandboxError as exc:
-        return str(exc)
-    return None
 
 
 def team_spec(team: Team, roles: RoleLibrary, levels: Sequence[str]) -> Spec:

@@ -119,11 +119,19 @@ def passes_examples(reply: str, examples: TaskExamples) -> bool:
                      Limits(timeout_s=EXAMPLES_TIMEOUT_S)).passed
 
 
-def sandbox_refusal(voter: str) -> str | None:
-    """Why `voter`'s examples gate cannot run here (one line naming the fix), or None: checked before any parent
-    runs, as the logprob gate's pool is, so a run that cannot gate spends nothing."""
+def sandbox_missing() -> str | None:
+    """Why the code sandbox cannot start on this machine (one line naming the fix), or None when it can: what
+    the gate needs, asked by the runtime (`sandbox_refusal`) and by the template before it picks a team."""
     try:
         sandbox()
     except SandboxError as exc:
-        return f"agent {voter!r}, field stop: its examples gate runs each parent's program in the sandbox: {exc}"
+        return str(exc)
+    return None
+
+
+def sandbox_refusal(voter: str) -> str | None:
+    """Why `voter`'s examples gate cannot run here (one line naming the fix), or None: checked before any parent
+    runs, as the logprob gate's pool is, so a run that cannot gate spends nothing."""
+    if why := sandbox_missing():
+        return f"agent {voter!r}, field stop: its examples gate runs each parent's program in the sandbox: {why}"
     return None
