@@ -74,6 +74,10 @@ class Completion:
     latency_s: float
     model: str
     cached: bool = False
+    # The sum of the reply's sampled tokens' log-probabilities under the raw logits, read from the generation
+    # itself (embedded llama.cpp; an OpenAI-compatible server's `logprobs`), or from the LLM cache's scores for a
+    # banked reply; None where the backend gave none. A stop rule's logprob gate uses it instead of a scoring pass.
+    logprob: float | None = None
 
     def __post_init__(self) -> None:
         # The backstop for every backend (and the LLM cache): costs are sums of these, so a negative or
@@ -84,6 +88,10 @@ class Completion:
                                    "non-negative integers (check the backend)")
         if not isinstance(self.text, str):
             raise BackendError(f"{self.model}: replied with {type(self.text).__name__}, not text")
+        if self.logprob is not None and (isinstance(self.logprob, bool) or not isinstance(self.logprob, float)
+                                         or not -1e9 < self.logprob <= 1e-6):
+            raise BackendError(f"{self.model}: reported a reply log-probability of {self.logprob!r}; it is a "
+                               "finite sum of log-probabilities, at most 0 (check the backend)")
 
     @property
     def total_tokens(self) -> int:

@@ -210,9 +210,13 @@ class CachedBackend:
         if found is not None:
             self.hits += 1
             text, pt, ct = found
-            return Completion(text, pt, ct, 0.0, self.model_id, cached=True)
+            logprob = self.cache.get_score(score_key(self.model_id, request, text))
+            return Completion(text, pt, ct, 0.0, self.model_id, cached=True, logprob=logprob)
         completion = await self.inner.complete(request)
         self.cache.put(key, completion)
+        if completion.logprob is not None:  # read from the generation: the reply's score, banked with it
+            self.cache.put_score(score_key(self.model_id, request, completion.text), self.model_id,
+                                 completion.logprob)
         return completion
 
     async def score(self, request: ChatRequest, reply: str) -> float:

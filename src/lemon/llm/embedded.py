@@ -120,15 +120,19 @@ class EmbeddedBackend:
             kwargs["grammar"] = LlamaGrammar.from_string(request.grammar, verbose=False)
         elif request.json_schema is not None:
             kwargs["response_format"] = {"type": "json_object", "schema": request.json_schema}
+        recorder = SampledLogprobs()
+        kwargs["logits_processor"] = [recorder]
         start = time.perf_counter()
         try:
             out = llama.create_chat_completion(**kwargs)
         except ValueError as exc:  # e.g. the prompt exceeds the context window
             raise BackendError(f"{self.model_id}: {exc}") from None
         usage = out.get("usage") or {}
-        text = out["choices"][0]["message"].get("content") or ""
+        choice = out["choices"][0]
+        text = choice["message"].get("content") or ""
         return Completion(text, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
-                          time.perf_counter() - start, self.model_id)
+                          time.perf_counter() - start, self.model_id,
+                          logprob=recorder.reply_logprob(llama, text, choice.get("finish_reason")))
 
     async def complete(self, request: ChatRequest) -> Completion:
         loop = asyncio.get_running_loop()
@@ -187,6 +191,52 @@ class EmbeddedBackend:
             if llama is not None:
                 llama.close()
         self._llama = self._scoring = None
+
+
+class SampledLogprobs:
+    """Each sampled token's log-probability under the raw logits, read from the generation itself.
+
+    llama-cpp-python calls a logits processor once per sampled token with the tokens so far and the next
+    position's raw logits (before penalties, temperature and top-k/p); returned unchanged, they sample exactly
+    as without it. The token drawn from step t's logits is the last token seen at step t+1, so each call
+    settles the step before; `reply_logprob` settles the last one. Cost: one copy and one log-sum-exp of a
+    vocabulary row per token (~0.3 ms for Qwen2.5's 151,936 entries, against ~35 ms to generate the token)."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.values: list[float] = []
+        self._pending: tuple[Any, float] | None = None
+
+    def __call__(self, input_ids: Any, logits: Any) -> Any:
+        import numpy as np
+
+        if self._pending is not None:
+            self._settle(int(input_ids[-1]))
+        row = np.array(logits, dtype=np.float32)
+        top = float(row.max())
+        self._pending = (row, top + float(np.log(np.exp(row - top).sum(dtype=np.float64))))
+        return logits
+
+    def _settle(self, token: int) -> None:
+        assert self._pending is not None
+        row, log_z = self._pending
+        self.tokens.append(token)
+        self.values.append(float(row[token]) - log_z)
+        self._pending = None
+
+    def reply_logprob(self, llama: Any, text: str, finish_reason: str | None) -> float | None:
+        """The reply's summed log-probability, or None when the sampled tokens cannot be shown to spell `text`
+        (a stop string cut it, or the last token of a reply cut at max_tokens is ambiguous): a logprob gate
+        then scores the reply instead, so a value is only ever the reply's own."""
+        if finish_reason == "length" and self._pending is not None:  # the last token, sampled but never seen
+            known = llama.detokenize(self.tokens) if self.tokens else b""
+            rest = text.encode("utf-8")[len(known):]
+            last = llama.tokenize(rest, add_bos=False, special=False) if rest else []
+            if len(last) != 1:
+                return None
+            self._settle(int(last[0]))
+        spelled = llama.detokenize(self.tokens).decode("utf-8", errors="ignore") if self.tokens else ""
+        return float(sum(self.values)) if spelled == text else None
 
 
 def chat_prompt_tokens(llama: Any, request: ChatRequest) -> list[int]:

@@ -281,6 +281,7 @@ class _Run:
     trace: Trace = field(init=False)
     outputs: dict[str, str] = field(default_factory=dict)
     replies: dict[str, str] = field(default_factory=dict)  # what each model wrote (a gate scores this)
+    logprobs: dict[str, float] = field(default_factory=dict)  # each reply's log-probability from its generation
     returns: dict[str, TraceEvent] = field(default_factory=dict)
     tokens: dict[str, AgentTokens] = field(default_factory=dict)
     spent_tokens: int = 0
@@ -431,20 +432,27 @@ class _Run:
             if p not in self.requests:  # a parent that calls no model (a vote) is never sure
                 gate.record(p, None)
                 continue
-            backend, request = self.requests[p]
-            level = self.spec.agent(p).capacity
-            what = f"scoring agent {p!r} ({level}) for the stop rule of {agent.name!r}"
-            async with self.ex._sem(level):
-                try:
-                    score = await asyncio.wait_for(cast(Scorer, backend).score(request, self.replies[p]),
-                                                   self.ex.budget.call_timeout_s)
-                except TimeoutError:
-                    raise _Stop("timeout", f"{what} took longer than {self.ex.budget.call_timeout_s}s") from None
-                except LemonError as exc:
-                    raise _Stop("error", f"{what}: {exc}") from None
+            score = self.logprobs.get(p)
+            if score is None:  # a backend that read none from the generation: one scoring pass
+                score = await self._score_reply(agent, p)
             if gate.record(p, score):
                 return True
         return False
+
+    async def _score_reply(self, agent: Agent, p: str) -> float:
+        """Parent `p`'s reply scored by its backend (`Scorer`), under its level's concurrency and the call
+        timeout; a failure stops the run as a failed call would."""
+        backend, request = self.requests[p]
+        level = self.spec.agent(p).capacity
+        what = f"scoring agent {p!r} ({level}) for the stop rule of {agent.name!r}"
+        async with self.ex._sem(level):
+            try:
+                return await asyncio.wait_for(cast(Scorer, backend).score(request, self.replies[p]),
+                                              self.ex.budget.call_timeout_s)
+            except TimeoutError:
+                raise _Stop("timeout", f"{what} took longer than {self.ex.budget.call_timeout_s}s") from None
+            except LemonError as exc:
+                raise _Stop("error", f"{what}: {exc}") from None
 
     async def _check_wave(self, agent: Agent, wave: tuple[str, ...], gate: SureGate,
                           examples: TaskExamples | None) -> bool:
@@ -501,11 +509,14 @@ class _Run:
         hit = hit or out.llm_cached  # answered from a cache: the node cache (no call) or the LLM request cache
         self.outputs[agent.name] = out.text
         self.replies[agent.name] = out.reply if out.reply is not None else out.text
+        if out.logprob is not None:
+            self.logprobs[agent.name] = out.logprob
         self.tokens[agent.name] = AgentTokens(prompt=out.prompt_tokens, completion=out.completion_tokens,
                                               capacity=agent.capacity, cached=hit, model=out.model)
         ret = self._emit("return", agent.name, tokens=out.tokens, cached=hit, content_ref=f"contents/{agent.name}",
                          prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens, model=out.model,
-                         sent=self.sent_at.get(agent.name), votes=votes)
+                         sent=self.sent_at.get(agent.name), votes=votes,
+                         **({"logprob": round(out.logprob, 4)} if out.logprob is not None else {}))
         self.returns[agent.name] = ret
         self.trace.edge(spawn, ret, "return")
         for ledger in self.ledgers:  # only a backend that ignores max_tokens (or the prompt bound) gets here
@@ -561,8 +572,9 @@ class _Run:
                         text = await programs.run_reply(c.text)
                     except LemonError as exc:  # no sandbox on this machine: the run fails, loudly
                         raise _Stop("error", f"agent {agent.name!r}: {exc}") from None
-                return NodeOutput(text, c.prompt_tokens, c.completion_tokens, c.model, c.cached, reply=c.text)
-            return NodeOutput(c.text, c.prompt_tokens, c.completion_tokens, c.model, c.cached)
+                return NodeOutput(text, c.prompt_tokens, c.completion_tokens, c.model, c.cached, reply=c.text,
+                                  logprob=c.logprob)
+            return NodeOutput(c.text, c.prompt_tokens, c.completion_tokens, c.model, c.cached, logprob=c.logprob)
 
         spent: int | None = None
         try:

@@ -21,6 +21,7 @@ class NodeOutput:
     model: str
     llm_cached: bool = False
     reply: str | None = None  # what the model wrote, where `text` adds to it (a program agent's result)
+    logprob: float | None = None  # the reply's log-probability, as the backend read it from the generation
 
     @property
     def tokens(self) -> int:

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The banks of the issue "Learn the decisions that pay on this pool": the 5 prose (sc-cot) and 5 program (sc-pot)
+# voters of every item a run-time decision (stop, escalate, verify) is learned on and judged on, at `large`.
+# Each voter's draw is fixed by (item, seed, role, rank) (runtime.executor.sample_slot), so once an item's ten
+# voters are banked every stop rule, verifier and learned controller over them replays at no worker call, and
+# each reply's log-probability is banked with it (read from the generation: llm/embedded.py SampledLogprobs).
+#
+# Stages, each resumable (`lemon eval` resumes from the store; re-run after an interruption):
+#   train  TRAIN items the controller learns from: GSM8K and SVAMP `train` items 1..TRAIN_LIMIT (60) x seed 0,
+#          prose and program voters; MultiArith `train` the same; AQuA and MMLU `dev` (their training pool)
+#          items 1..CHOICE_TRAIN_LIMIT (30) x seed 0, prose voters. Grown in steps of 20 items, so a partial
+#          bank is balanced across benchmarks.
+#   test   TEST items that judge it (never used to choose a design): GSM8K and SVAMP `test` items 1..150 x seeds
+#          0-1, prose and program voters; AQuA and MMLU (MMLU: its `val` evaluation split) items 1..60 x 2, prose.
+#          Grown seed 0 first, in steps of 30 items, so a partial bank is already a paired comparison.
+# Default: train then test. One `large` prose voter takes ~20 s per item on 2 cores (a program voter ~10 s; AQuA
+# and MMLU replies run to 1,024 tokens): the whole of both stages is tens of hours here, built over several
+# working periods. Export the bank at the end of each (`lemon cache export experiments/bank/cpu.jsonl.gz`).
+#
+# Usage: LEMON_DATA_DIR=../shared/data [JOBS=2 THREADS=1] [STORE=...] bash experiments/runtime_bank.sh [train] [test]
+set -euo pipefail
+{  # read whole before it runs: an edit to this file cannot reach a run in progress
+home="${LEMON_HOME:-$HOME/.cache/lemon}"
+store="${STORE:-$home/runtime-bank.sqlite}"
+pool="${POOL:-cpu}"
+train_limit="${TRAIN_LIMIT:-60}"
+choice_train_limit="${CHOICE_TRAIN_LIMIT:-30}"
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(train test)
+mkdir -p "$home"
+log="$store.runs.log"
+source "$(dirname "$0")/common.sh"  # import_bank, logged_eval (JOBS, THREADS)
+import_bank
+
+voters() {  # benchmark split items seeds method: the method's 5 voters on the first `items` items
+  logged_eval "$log" eval "$1" --method "$5" --agents 5 --split "$2" --limit "$3" --seeds "$4" --pool "$pool" \
+    --level large --store "$store"
+}
+
+steps() {  # LIMIT STEP: STEP, 2 STEP, ... up to LIMIT, and LIMIT itself
+  { seq "$2" "$2" "$1"; echo "$1"; } | sort -nu
+}
+
+train_stage() {
+  local n
+  for n in $(steps "$train_limit" 20); do
+    for bench in gsm8k svamp multiarith; do
+      voters "$bench" train "$n" 1 sc-cot
+      voters "$bench" train "$n" 1 sc-pot
+    done
+  done
+  for n in $(steps "$choice_train_limit" 10); do
+    for bench in aqua mmlu; do voters "$bench" dev "$n" 1 sc-cot; done
+  done
+}
+
+test_stage() {
+  local s n
+  for s in 1 2; do
+    for n in $(steps 150 30); do
+      for bench in gsm8k svamp; do
+        voters "$bench" test "$n" "$s" sc-cot
+        voters "$bench" test "$n" "$s" sc-pot
+      done
+      if [ "$n" -le 60 ]; then
+        voters aqua test "$n" "$s" sc-cot
+        voters mmlu val "$n" "$s" sc-cot
+      fi
+    done
+  done
+}
+
+for stage in "${stages[@]}"; do
+  case "$stage" in
+    train) train_stage ;;
+    test) test_stage ;;
+    *) echo "runtime_bank: unknown stage '$stage'; use train and/or test" >&2; exit 2 ;;
+  esac
+done
+exit 0
+}
