@@ -101,7 +101,7 @@ def _stop_problems(a: Agent, roles: RoleLibrary) -> Iterator[str]:
     limit = a.stop.max if a.stop.max is not None else n
     if limit > n:
         yield f"{where}: max {limit} exceeds its {n} parents; lower max or add parents"
-    elif a.stop.agree is None and a.stop.confidence is None and limit < 2:
+    elif a.stop.criterion is None and limit < 2:
         yield (f"{where}: a gate alone with max {limit} decides nothing (that parent is taken either way); "
                "raise max to 2 or more, or remove stop")
     elif a.stop.least_parents > limit:
