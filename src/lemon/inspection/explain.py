@@ -155,7 +155,7 @@ def prime_cache(executor: Executor, spec: Spec, task: str, seed: int, trace: dic
     # Agents a stop rule left unrun have no output; the replay, under the same rule, does not reach them either.
     live = required_agents(spec) - set((trace.get("metrics") or {}).get("unrun_agents") or ())
     for a in _topological(spec):
-        if a.name not in live or executor.roles[a.role].kind == "vote":
+        if a.name not in live or executor.roles[a.role].votes:
             continue
         if a.name not in contents:
             raise LemonError(f"the trace has no output of agent {a.name!r}; only runs that finished can be explained")

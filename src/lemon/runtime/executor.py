@@ -473,7 +473,7 @@ class _Run:
             msg = self._emit("message", agent.name, **{"from": p, "to": agent.name, "content_ref": f"contents/{p}"})
             self.trace.edge(self.returns[p], msg, "message")
             self.trace.edge(msg, spawn, "causal")
-        if role.kind == "vote":
+        if role.votes:
             text = majority_vote(list(parents.values()), self.vote_key)
             out, hit = NodeOutput(text, 0, 0, "vote"), False
             votes = {p: self.vote_key(t) if self.vote_key else " ".join(t.split())[:200] for p, t in parents.items()}
@@ -537,7 +537,7 @@ class _Run:
                 self.llm_hits += 1
             else:
                 self.spent_tokens += c.total_tokens
-            if ex.roles[agent.role].kind == "program":  # its code runs as its level's calls do, bounded
+            if ex.roles[agent.role].runs_program:  # its code runs as its level's calls do, bounded
                 async with ex._sem(agent.capacity):
                     try:
                         text = await programs.run_reply(c.text)

@@ -50,7 +50,7 @@ def gate_refusal(voter: Agent, parents: Sequence[str], spec: Spec, pool: Pool, r
     of one). Checked before any parent runs, so a run that cannot gate spends nothing."""
     for name in parents:
         parent = spec.agent(name)
-        if roles[parent.role].kind == "vote":
+        if not roles[parent.role].calls_model:
             continue  # calls no model: never sure, never scored
         backend = pool.backend(parent.capacity)
         if not can_score(backend):
