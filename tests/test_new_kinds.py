@@ -144,7 +144,8 @@ def test_a_new_role_kind_is_read_from_a_role_file_and_asked_by_what_it_does(
                          library, LEVELS)
     pool = scripted_pool(ScriptedBackend("m", responder=lambda r: "The answer is 7."), concurrency=1)
     result = asyncio.run(Executor(pool, library).run(spec, "How many?", vote_key=lambda t: t.split()[-1]))
-    assert result.status == "ok" and result.tokens_by_agent["vote"]["model"] == "vote" and result.unrun == ("v_3", "v_4")
+    assert result.status == "ok" and result.unrun == ("v_3", "v_4")
+    assert result.tokens_by_agent["vote"]["model"] == "vote"  # no model call
     assert library.llm_role_names() == ("math_solver",)
 
 
