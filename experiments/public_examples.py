@@ -26,13 +26,13 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from lemon.benchmarks.base import Item
-from lemon.benchmarks.extract import humaneval_program
 from lemon.benchmarks.humaneval import code_prompt
 from lemon.benchmarks.registry import get_benchmark, load_split
 from lemon.errors import run_script
 from lemon.evaluation.agent_replies import ReplyGrader
 from lemon.evaluation.report import mcnemar_exact
 from lemon.evaluation.store import ResultsStore, RunInfo
+from lemon.extract import humaneval_program
 from lemon.paths import lemon_home
 from lemon.runtime.examples_gate import EXAMPLES_TIMEOUT_S, TaskExamples, task_examples
 from lemon.sandbox.runner import Limits, run_check

@@ -14,8 +14,10 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = ("spec", "llm", "sandbox", "runtime", "orchestrator", "benchmarks", "evaluation", "train", "inspection",
           "cli")
-# Leaf modules anyone may import (they import nothing of LEMON but lemon.errors).
-LEAVES = {"lemon", "lemon.errors", "lemon.files", "lemon.paths", "lemon.seeds", "lemon.sqlitefile", "lemon.yamlfile"}
+# Leaf modules anyone may import (they import nothing of LEMON but lemon.errors; `lemon.extract`: the pure answer
+# extractors, which the answer kinds of `lemon.orchestrator.kinds` hold).
+LEAVES = {"lemon", "lemon.errors", "lemon.extract", "lemon.files", "lemon.paths", "lemon.seeds", "lemon.sqlitefile",
+          "lemon.yamlfile"}
 MAX_LINES = 60
 
 KNOWN_CYCLES: set[frozenset[str]] = set()  # none left: the CLI's consoles live in lemon.cli.options (issue 14)
@@ -173,3 +175,42 @@ def test_the_evaluation_unit_of_work_has_no_any(name: str) -> None:
                and "Any" in ast.unparse(getattr(node, "annotation", None) or getattr(node, "returns", None)
                                         or ast.Constant(""))]
     assert not uses and not strings, f"{name} uses Any on lines {sorted(set(uses + strings))}"
+
+
+# The kinds registered once (issue 53): answer kinds (`lemon.orchestrator.kinds`), role kinds
+# (`lemon.spec.roles.ROLE_KINDS`) and stop criteria (`lemon.spec.stops`). Their names may be compared only in
+# their registry's modules; everyone else asks the kind object what it does.
+KIND_NAMES = {"number", "choice", "code", "llm", "program", "vote", "agree", "confidence", "logprob", "examples"}
+KIND_HOMES = {"lemon.orchestrator.kinds", "lemon.spec.roles"}
+
+
+def _mentions_kind(node: ast.expr) -> bool:
+    """An expression that reads a kind: a name or attribute called `kind` or ending in `_kind`, or a `.key`."""
+    return any((isinstance(n, ast.Name) and (n.id == "kind" or n.id.endswith("_kind")))
+               or (isinstance(n, ast.Attribute) and (n.attr in ("kind", "key") or n.attr.endswith("_kind")))
+               for n in ast.walk(node))
+
+
+def kind_comparisons(module: ast.Module) -> list[int]:
+    """Lines that compare a kind with a kind's name as a string (`role.kind == "vote"`, `kind in ("number",)`)."""
+    found = []
+    for node in ast.walk(module):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        names = {c.value for s in sides for c in ast.walk(s)
+                 if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+        if names & KIND_NAMES and any(_mentions_kind(s) for s in sides):
+            found.append(node.lineno)
+    return found
+
+
+def test_a_kind_comparison_is_found() -> None:
+    module = ast.parse('if role.kind == "vote": pass\nif kind in ("number", "choice"): pass\nif model != "vote": pass')
+    assert kind_comparisons(module) == [1, 2]
+
+
+def test_no_string_comparison_on_a_kind_outside_its_registry() -> None:
+    found = {name: lines for name in modules() if not name.startswith("lemon.spec.stops") and name not in KIND_HOMES
+             and (lines := kind_comparisons(tree(name)))}
+    assert not found, f"compare kinds through their objects (issue 53), not by name: {found}"

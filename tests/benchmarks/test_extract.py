@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lemon.benchmarks.extract import (
+from lemon.benchmarks.registry import get_benchmark
+from lemon.extract import (
     extract_choice,
     extract_code,
     extract_number,
@@ -19,7 +20,6 @@ from lemon.benchmarks.extract import (
     numbers_equal,
     parse_number,
 )
-from lemon.benchmarks.registry import get_benchmark
 
 # ---- numbers --------------------------------------------------------------------------------------------
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lemon.errors import LemonError
-from lemon.evaluation.baselines import COT_DUTY, TEAMS, baseline_spec, method_names, supports
+from lemon.evaluation.baselines import COT_DUTY, baseline_spec, method_names, supports
+from lemon.orchestrator.kinds import answer_kind
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
 from tests.pools import LEVELS
@@ -44,7 +45,7 @@ def test_single_agent_methods(kind: str) -> None:
     vanilla = baseline_spec("vanilla", kind, level="small")
     cot = baseline_spec("cot", kind, level="small")
     assert len(vanilla.agents) == len(cot.agents) == 1
-    assert vanilla.agents[0].role == cot.agents[0].role == TEAMS[kind][1]
+    assert vanilla.agents[0].role == cot.agents[0].role == answer_kind(kind).roles[1]
     assert vanilla.agents[0].duty == "" and cot.agents[0].duty == COT_DUTY
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lemon.benchmarks.registry import BENCHMARKS, load_split
-from lemon.orchestrator.template import TEAMS, TemplateOrchestrator, task_kind, team_of, team_spec
+from lemon.orchestrator.template import TemplateOrchestrator, task_kind, team_of, team_spec, teams_data
 from lemon.runtime.executor import required_agents
 from lemon.sandbox.runner import SandboxError
 from lemon.spec.roles import RoleLibrary
@@ -33,7 +33,7 @@ def test_readme_example_is_a_word_problem() -> None:
 
 def test_every_team_is_valid_and_runs_every_agent_on_every_pool_shape() -> None:
     for levels in (("small", "medium", "large"), ("only",), ("a", "b")):
-        for kind in TEAMS:
+        for kind in teams_data():
             spec = team_spec(kind, ROLES, levels)
             assert required_agents(spec) == {a.name for a in spec.agents}  # nothing pruned
             assert not spec.descendants(spec.final_agent())

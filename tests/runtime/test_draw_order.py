@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lemon.benchmarks.extract import extract_number
 from lemon.evaluation.baselines import baseline_spec
+from lemon.extract import extract_number
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Executor

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lemon.benchmarks.extract import extract_number
 from lemon.evaluation.baselines import baseline_spec, voter_team
+from lemon.extract import extract_number
 from lemon.llm.base import ChatRequest
 from lemon.llm.scripted import ScriptedBackend, count_tokens
 from lemon.runtime import Executor, NodeCache, programs

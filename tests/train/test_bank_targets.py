@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lemon.benchmarks.extract import extract_number
 from lemon.evaluation.baselines import baseline_spec
+from lemon.extract import extract_number
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.pools import load_pool
 from lemon.llm.scripted import ScriptedBackend

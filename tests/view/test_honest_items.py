@@ -12,8 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from lemon.benchmarks.extract import extract_number
 from lemon.cli.view_cmds import render_item
+from lemon.extract import extract_number
 from lemon.inspection.explain import explain_spec
 from lemon.inspection.export_otel import build_spans
 from lemon.inspection.export_table import results_csv

@@ -4,13 +4,14 @@ Why here, once: the projects this one learns from kept a copy of the run script 
 drifted. Every benchmark whose answer is a number (GSM8K, SVAMP, MultiArith) uses `NUMBER`, every multiple-
 choice one (MMLU, AQuA) uses `CHOICE`, so every method (baseline or orchestrator) gets the same prompt,
 extraction and check for a given item. Code answers are HumanEval's own format (`lemon.benchmarks.humaneval`).
-The extractors themselves are the pure functions of `lemon.benchmarks.extract`.
+The extractors themselves are the pure functions of `lemon.extract`.
 """
 
 from __future__ import annotations
 
 from lemon.benchmarks.base import AnswerKind, Item
-from lemon.benchmarks.extract import extract_choice, extract_number, numbers_equal
+from lemon.extract import extract_choice, extract_number, numbers_equal
+from lemon.orchestrator.kinds import letters_equal
 
 LETTERS = "ABCDE"
 
@@ -53,12 +54,9 @@ def choice_extract(text: str, item: Item) -> str | None:
 
 
 def choice_check(prediction: str, item: Item) -> bool:
-    """Letter equality with the gold letter."""
-    return prediction.strip().upper() == item.answer.strip().upper()
+    """Letter equality with the gold letter ."""
+    return letters_equal(prediction, item.answer)
 
 
 NUMBER = AnswerKind("number", number_prompt, number_extract, number_check)
 CHOICE = AnswerKind("choice", choice_prompt, choice_extract, choice_check)
-
-#: The answer kinds a gold answer alone can grade, by name (code has none: only a benchmark's tests judge code).
-GRADED_KINDS: dict[str, AnswerKind] = {k.name: k for k in (NUMBER, CHOICE)}

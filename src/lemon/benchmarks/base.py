@@ -21,11 +21,13 @@ from types import MappingProxyType
 from typing import Literal, Protocol
 
 from lemon.errors import LemonError
+from lemon.orchestrator.kinds import answer_kind
 from lemon.paths import data_dir as resolve_data_dir
 
 log = logging.getLogger(__name__)
 
-Kind = Literal["number", "choice", "code"]
+#: An answer kind's name: one of `lemon.orchestrator.kinds` (number, choice, code, or one registered there).
+Kind = str
 Role = Literal["eval", "train", "reference"]
 Selection = Literal["all", "holdout", "rest"]
 DataDir = str | os.PathLike[str] | None
@@ -72,6 +74,9 @@ class AnswerKind:
     extract: Callable[[str, Item], str | None]
     check: Callable[[str, Item], bool]
     sandboxed: bool = False
+
+    def __post_init__(self) -> None:
+        answer_kind(self.name)  # a registered kind (its teams, baselines and readers): one line if not
 
 
 @dataclass(frozen=True)

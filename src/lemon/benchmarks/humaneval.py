@@ -18,9 +18,9 @@ import logging
 from pathlib import Path
 
 from lemon.benchmarks.base import AnswerKind, DataBenchmark, Item, Source
-from lemon.benchmarks.extract import extract_code, humaneval_program
 from lemon.benchmarks.files import JSONL, json_lines, row_field
 from lemon.benchmarks.splits import holdout_splits
+from lemon.extract import extract_code, humaneval_program
 from lemon.sandbox.runner import DEFAULT_TIMEOUT_S, Limits, SandboxResult, run_check
 
 log = logging.getLogger(__name__)

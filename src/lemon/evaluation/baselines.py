@@ -62,24 +62,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Literal
 
 from lemon.errors import LemonError
+from lemon.orchestrator.kinds import answer_kind, find_kind
 from lemon.spec.model import MAX_AGENTS, Agent, Spec, StopRule
 
-Kind = Literal["number", "choice", "code"]
-
 COT_DUTY = "Think step by step, then give the final answer."
-
-# (first, primary, checker, final) per answer kind; see the module docstring.
-TEAMS: dict[str, tuple[str, str, str, str]] = {
-    "number": ("analyst", "math_solver", "critic", "final_decision_maker"),
-    "choice": ("analyst", "knowledge_expert", "critic", "final_decision_maker"),
-    "code": ("planner", "programmer", "tester", "final_decision_maker"),
-}
-
-#: The program-of-thought role per answer kind: only a number is what a program prints.
-PROGRAM_ROLES: dict[str, str] = {"number": "program_solver"}
 
 DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "exsc": 5, "sc-pot": 5, "pot-esc": 5,
                              "mixed-esc": 5, "chain": 3, "complete": 4, "random": 4}
@@ -100,10 +88,14 @@ MAX_ORDER = 5
 
 
 def _team(kind: str) -> tuple[str, str, str, str]:
-    try:
-        return TEAMS[kind]
-    except KeyError:
-        raise LemonError(f"unknown answer kind {kind!r}; expected one of: {', '.join(TEAMS)}") from None
+    """(first, primary, checker, final): the answer kind's roles (`orchestrator.kinds`; the module docstring)."""
+    return answer_kind(kind).roles
+
+
+def program_role(kind: str) -> str | None:
+    """The program-of-thought role of an answer kind, or None: only a number is what a program prints."""
+    found = find_kind(kind)
+    return found.program_role if found is not None else None
 
 
 def _vanilla(kind: str, level: str, n: int, seed: int) -> Spec:
@@ -145,18 +137,17 @@ def _gate(kind: str, level: str, n: int, seed: int) -> Spec:
 
 
 def _exsc(kind: str, level: str, n: int, seed: int) -> Spec:
-    if kind != "code":
+    if not answer_kind(kind).runs_examples:
         raise LemonError(f"exsc runs programs on a code task's examples: it answers code benchmarks only, not "
                          f"{kind!r} ones; use esc there")
     return _stopping_vote(kind, level, n, StopRule(examples=True))
 
 
 def _program_role(kind: str) -> str:
-    try:
-        return PROGRAM_ROLES[kind]
-    except KeyError:
+    if (role := answer_kind(kind).program_role) is None:
         raise LemonError(f"the program-of-thought baselines answer number benchmarks only, not {kind!r} ones; "
-                         "use cot or esc there") from None
+                         "use cot or esc there")
+    return role
 
 
 def _pot(kind: str, level: str, n: int, seed: int) -> Spec:
@@ -172,11 +163,11 @@ def voter_team(kind: str, level: str, order: str, gate: int | None = None) -> Sp
     one agent, or a benchmark kind without program voters."""
     if not order or set(order) - {"P", "C"} or len(order) > MAX_ORDER:
         raise ValueError(f"an order is 1 to {MAX_ORDER} letters P (program) or C (CoT), got {order!r}")
-    if "P" in order and kind not in PROGRAM_ROLES:
+    if "P" in order and program_role(kind) is None:
         raise ValueError(f"program voters answer number benchmarks only, not {kind!r} ones")
     if gate is not None and len(order) == 1:
         raise ValueError(f"a gate needs a vote to stop: give 2 or more voters, not {order!r}")
-    roles = {"P": (PROGRAM_ROLES.get(kind, ""), "pot", ""), "C": (_team(kind)[1], "cot", COT_DUTY)}
+    roles = {"P": (program_role(kind) or "", "pot", ""), "C": (_team(kind)[1], "cot", COT_DUTY)}
     agents = [Agent(name=f"{roles[x][1]}_{order[:i + 1].count(x)}", role=roles[x][0], duty=roles[x][2],
                     capacity=level) for i, x in enumerate(order)]
     if len(agents) == 1:
@@ -298,9 +289,12 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
 def supports(method: str, kind: str) -> bool:
     """Whether baseline `method` has a spec for benchmarks whose answers are of `kind` (the program-of-thought
     ones only for numbers, `exsc` only for code)."""
+    found = find_kind(kind)
+    if found is None:
+        return False
     if method in _CODE_METHODS:
-        return kind == "code"
-    return kind in PROGRAM_ROLES if method in _PROGRAM_METHODS else kind in TEAMS
+        return found.runs_examples
+    return found.program_role is not None if method in _PROGRAM_METHODS else True
 
 
 def method_names() -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from lemon.benchmarks.registry import get_benchmark
 from lemon.evaluation.bank import is_bank_run
 from lemon.evaluation.methods import shown_method
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
+from lemon.orchestrator.kinds import answer_kind
 from lemon.spec.model import Spec
 from lemon.spec.render import render_stop
 
@@ -58,7 +59,7 @@ def voters_wrong(store: ResultsStore, run: RunInfo) -> dict[Key, int]:
     pool) were wrong on their own; empty when the store holds no such run."""
     candidates = [r for r in store.runs() if is_bank_run(r) and
                   (r.benchmark, r.split, r.pool) == (run.benchmark, run.split, run.pool)]
-    if not candidates or get_benchmark(run.benchmark).kind == "code":  # code is judged by tests, not a gold
+    if not candidates or answer_kind(get_benchmark(run.benchmark).kind).check_gold is None:  # code: by tests
         return {}
     reference = max(candidates, key=lambda r: store.count(r.run_id))  # the bank's run, not an abandoned one
     bench = get_benchmark(run.benchmark)

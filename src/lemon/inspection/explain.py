@@ -155,7 +155,7 @@ def prime_cache(executor: Executor, spec: Spec, task: str, seed: int, trace: dic
     # Agents a stop rule left unrun have no output; the replay, under the same rule, does not reach them either.
     live = required_agents(spec) - set((trace.get("metrics") or {}).get("unrun_agents") or ())
     for a in _topological(spec):
-        if a.name not in live or executor.roles[a.role].kind == "vote":
+        if a.name not in live or executor.roles[a.role].votes:
             continue
         if a.name not in contents:
             raise LemonError(f"the trace has no output of agent {a.name!r}; only runs that finished can be explained")
@@ -336,19 +336,18 @@ def _early_stops(trace: dict[str, Any]) -> dict[str, Any]:
 def gold_checker(kind: str, gold: str | None) -> Checker:
     """(extracted answer, right) of an answer of this kind; right is None without a gold answer (or for code,
     which only a benchmark's tests can judge), and the edits then say whether the extracted answer changed."""
-    from lemon.benchmarks.answers import GRADED_KINDS
-    from lemon.benchmarks.base import Item
     from lemon.inspection.tracefile import answer_extractor
+    from lemon.orchestrator.kinds import find_kind
 
     extract = answer_extractor(kind) or (lambda text: text.strip() or None)
-    graded = GRADED_KINDS.get(kind)
-    item = Item(id="trace", question="", answer=gold or "")
+    found = find_kind(kind)
+    graded = found.check_gold if found is not None else None
 
     def check(answer: str) -> tuple[str | None, bool | None]:
         pred = extract(answer)
         if gold is None or graded is None:
             return pred, None
-        return pred, pred is not None and graded.check(pred, item)
+        return pred, pred is not None and graded(pred, gold)
 
     return check
 
@@ -405,7 +404,7 @@ async def explain_spec(spec: Spec, task: str, pool: Pool, *, seed: int = 0, para
                        on_edit: Callable[[EditOutcome], None] | None = None) -> Attribution:
     """Run `spec` on `task`, then each applicable edit; with `gold` (a number) the edits are scored right/wrong,
     without it each says whether the answer changed."""
-    from lemon.benchmarks.extract import extract_number, numbers_equal
+    from lemon.extract import extract_number, numbers_equal
 
     roles = RoleLibrary.load()
     executor = Executor(pool, roles, params=params or pool.defaults)

@@ -26,19 +26,23 @@ Extractor = Callable[[str], "str | None"]
 
 def answer_extractor(kind: str | None) -> Extractor | None:
     """How the answer of a task of this kind is read from an agent's text (None: the whole text is the answer)."""
-    from lemon.benchmarks.extract import extract_choice, extract_code, extract_number
+    from lemon.orchestrator.kinds import find_kind
 
-    return {"number": extract_number, "choice": extract_choice, "code": extract_code}.get(str(kind))
+    found = find_kind(kind)
+    return found.extract if found is not None else None
 
 
 def vote_key(kind: str | None) -> Extractor | None:
     """How a `majority_vote` of `lemon run` compares answers of this kind (None: whole texts, e.g. code)."""
-    return answer_extractor(kind) if kind in ("number", "choice") else None
+    from lemon.orchestrator.kinds import find_kind
+
+    found = find_kind(kind)
+    return found.vote_key if found is not None else None
 
 
 def extracted_answer(task: str, text: str) -> str | None:
     """The answer in `text` for the kind `task` asks for (a number, a letter, code), or None if none is found."""
-    from lemon.orchestrator.template import task_kind
+    from lemon.orchestrator.kinds import task_kind
 
     extract = answer_extractor(task_kind(task))
     return extract(text) if extract is not None else (text.strip() or None)
@@ -99,7 +103,7 @@ def _levels_used(trace: dict[str, Any]) -> str:
 
 def trace_run(trace: dict[str, Any], path: Path) -> RunInfo:
     """The run a trace file stands for: its id is the trace id, its method how the spec was written."""
-    from lemon.orchestrator.template import task_kind
+    from lemon.orchestrator.kinds import task_kind
 
     system = trace.get("system") or {}
     orch = next((e for e in trace.get("events") or [] if e.get("type") == "orchestrator_decision"), None)

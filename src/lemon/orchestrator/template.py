@@ -17,40 +17,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import re
 from collections.abc import Sequence
 from functools import cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any
 
 from lemon.orchestrator.base import Proposal
-from lemon.runtime.examples_gate import sandbox_missing, task_examples
+from lemon.orchestrator.kinds import answer_kind, task_kind
 from lemon.spec.model import Agent, Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.validate import validate_spec
 from lemon.yamlfile import load_yaml
 
-Kind = Literal["number", "choice", "code"]
-KINDS: tuple[Kind, ...] = ("number", "choice", "code")
-#: A team of `prompts/teams.yaml`: one per kind, and one for code whose examples cannot be run (`team_of`).
-Team = Literal["number", "choice", "code", "code_unchecked"]
-TEAMS: tuple[Team, ...] = (*KINDS, "code_unchecked")
-
 log = logging.getLogger(__name__)
-
-_CODE = re.compile(r"```python|^\s*def \w+\(.*\)\s*(->.*)?:\s*$", re.MULTILINE)
-_OPTION = re.compile(r"^\s*\(?([A-J])[).:]\s+\S", re.MULTILINE)
-
-
-def task_kind(task: str) -> Kind:
-    """`code`, `choice` or `number`, from the task text alone (see the module docstring)."""
-    if _CODE.search(task):
-        return "code"
-    letters = [m.group(1) for m in _OPTION.finditer(task)]
-    if len(letters) >= 3 and letters[:3] == ["A", "B", "C"]:
-        return "choice"
-    return "number"
 
 
 @cache
@@ -58,7 +38,6 @@ def teams_data() -> dict[str, Any]:
     """The teams of `prompts/teams.yaml`, as data (what a template run's identity hashes)."""
     text = (resources.files("lemon.orchestrator") / "prompts" / "teams.yaml").read_text("utf-8")
     return load_yaml(text)
-
 
 
 def teams_identity() -> str:
@@ -77,20 +56,15 @@ def resolve_capacity(relative: str, levels: Sequence[str]) -> str:
     raise ValueError(f"teams.yaml: unknown relative capacity {relative!r} (use strongest or second)")
 
 
-def team_of(task: str) -> Team:
-    """The team of `prompts/teams.yaml` for `task`: its kind's, but a code task whose examples cannot be run
-    (it shows none that `runtime.examples_gate` reads, or this machine has no sandbox) gets `code_unchecked`,
-    one programmer: five programmers only pay when the task can check their programs (teams.yaml says why)."""
-    kind = task_kind(task)
-    if kind != "code" or task_examples(task) is None:
-        return "code_unchecked" if kind == "code" else kind
-    if why := sandbox_missing():
-        log.warning("this task's examples cannot be run here (%s); one programmer answers it unchecked", why)
-        return "code_unchecked"
-    return "code"
+def team_of(task: str) -> str:
+    """The team of `prompts/teams.yaml` for `task`: its answer kind's choice (`orchestrator.kinds`). A code task
+    whose examples cannot be run (it shows none that `runtime.examples_gate` reads, or this machine has no
+    sandbox) gets `code_unchecked`, one programmer: five programmers only pay when the task can check their
+    programs (teams.yaml says why)."""
+    return answer_kind(task_kind(task)).team(task)
 
 
-def team_spec(team: Team, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
+def team_spec(team: str, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
     """The validated team named `team` (an answer kind, or `code_unchecked`) on a pool with `levels` (weakest
     first)."""
     data = teams_data()[team]

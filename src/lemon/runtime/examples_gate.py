@@ -26,8 +26,6 @@ from lemon.sandbox.runner import Limits, SandboxError, run_check, sandbox
 
 #: Seconds one parent's program may take on the examples (the upstream checks allow 10 s too).
 EXAMPLES_TIMEOUT_S = 10.0
-#: The score an `examples` gate records for a passing program (a failing one: 0); its threshold.
-PASSED = 1
 _DEF = re.compile(r"^(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
 
 

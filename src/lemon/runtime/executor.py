@@ -15,8 +15,6 @@ node-cache key, so a truncated answer is never served to a run that could afford
 from __future__ import annotations
 
 import asyncio
-import functools
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -36,14 +34,16 @@ from lemon.runtime.budget import (
     reserve_all,
     settle_all,
 )
-from lemon.runtime.examples_gate import PASSED, TaskExamples, passes_examples, sandbox_refusal, task_examples
+from lemon.runtime.examples_gate import TaskExamples, passes_examples
 from lemon.runtime.node_cache import NodeCache, NodeOutput
-from lemon.runtime.stop_rules import SureGate, gate_refusal
+from lemon.runtime.stop_rules import RunStopView, SureGate
 from lemon.runtime.trace import AgentTokens, StopDecision, Trace, TraceEvent
 from lemon.seeds import stable_seed
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.render import render_stop
 from lemon.spec.roles import RoleLibrary
+from lemon.spec.stops import StopCriterion
+from lemon.spec.stops.confidence import majority_probability  # noqa: F401  (re-exported: the criterion's math)
 from lemon.yamlfile import load_yaml
 
 Status = Literal["ok", "budget_exceeded", "timeout", "error"]
@@ -165,26 +165,10 @@ def eager_agents(spec: Spec, needed: frozenset[str]) -> frozenset[str]:
     return frozenset(out)
 
 
-def majority_probability(lead: int, runner_up: int) -> float:
-    """P(p_lead > p_runner_up) for the two most common answers under a uniform Beta prior (Adaptive-
-    Consistency's Beta criterion): P(X > 1/2) for X ~ Beta(lead + 1, runner_up + 1), computed exactly as a
-    binomial tail (for integer a, b: P(X <= 1/2) = P(Bin(a + b - 1, 1/2) >= a))."""
-    a, b = lead + 1, runner_up + 1
-    n = a + b - 1
-    tail = sum(math.comb(n, j) for j in range(a, n + 1)) / 2 ** n
-    return 1.0 - tail
-
-
 def stop_rule_fires(rule: StopRule, keys: list[str | None]) -> bool:
-    """Whether `rule`'s agreement criterion is satisfied by the answers (vote keys) of the parents run so far
-    (a gate alone has none: only a sure parent fires it, see `stop_rules`)."""
-    counts = sorted(Counter(k for k in keys if k).values(), reverse=True)
-    if not counts or (rule.agree is None and rule.confidence is None):
-        return False
-    if rule.agree is not None:
-        return counts[0] >= rule.agree
-    assert rule.confidence is not None
-    return majority_probability(counts[0], counts[1] if len(counts) > 1 else 0) >= rule.confidence
+    """Whether `rule`'s criterion is satisfied by the answers (vote keys) of the parents run so far (a gate
+    alone has none: only a sure parent fires it, see `stop_rules`)."""
+    return rule.fires(keys)
 
 
 def majority_vote(texts: list[str], key: VoteKey | None) -> str:
@@ -300,6 +284,14 @@ class _Run:
     def __post_init__(self) -> None:
         self.trace = Trace(task_id=self.task_id, task=self.task)
 
+    @property
+    def pool(self) -> Pool:
+        return self.ex.pool
+
+    @property
+    def roles(self) -> RoleLibrary:
+        return self.ex.roles
+
     def _emit(self, type_: str, agent: str, **extra: object) -> TraceEvent:
         ev = self.trace.event(type_, agent, **extra)
         if self.ex.on_event is not None:
@@ -396,20 +388,16 @@ class _Run:
     async def _parents_until_stop(self, agent: Agent, rule: StopRule) -> dict[str, str]:
         """Parents in written order, in waves, until `rule` fires on their answers or `max` have run.
 
-        With a gate, each wave's parents are checked first: a `logprob` gate scores them (`_score_wave`), an
-        `examples` gate runs their programs on the task's examples (`_check_wave`); the first sure one fires
-        the rule and the vote sees it alone; else the agreement criterion decides, if the rule has one."""
+        With a gate, each wave's parents are checked first, as the gate's criterion object scores them through
+        this run's `StopView` (`lemon.spec.stops`: a `logprob` gate scores replies, an `examples` gate runs
+        programs on the task's examples); the first sure one fires the rule and the vote sees it alone; else the
+        rule's criterion decides, if it has one."""
         order = agent.depends_on[:rule.max or len(agent.depends_on)]
-        gate, check = None, self._score_wave
-        if rule.logprob is not None:
-            if refusal := gate_refusal(agent, order, self.spec, self.ex.pool, self.ex.roles):
+        view, gate, sure = RunStopView(self, agent), rule.gate, None
+        if gate is not None:
+            if refusal := await gate[0].refusal(gate[1], view, agent.name, order):
                 raise _Stop("error", refusal)
-            gate = SureGate(rule.logprob)
-        elif rule.examples:  # the task's examples, read once for the whole rule
-            examples = task_examples(self.task)
-            if examples is not None and (refusal := await asyncio.to_thread(sandbox_refusal, agent.name)):
-                raise _Stop("error", refusal)
-            gate, check = SureGate(PASSED), functools.partial(self._check_wave, examples=examples)
+            sure = SureGate(gate[0].threshold(gate[1]))
         ran: list[str] = []
         width = rule.first_wave
         fired = False
@@ -419,29 +407,28 @@ class _Run:
                 await t
             ran.extend(wave)
             width = rule.wave
-            fired = (gate is not None and await check(agent, wave, gate)) or \
-                stop_rule_fires(rule, [self._vote_key_of(self.outputs[p]) for p in ran])
-        self._record_early_stop(agent, rule, tuple(ran), fired, gate)
-        return {p: self.outputs[p] for p in ([gate.sure] if gate is not None and gate.sure else ran)}
+            fired = (gate is not None and sure is not None and await self._gate_wave(gate, view, wave, sure)) or \
+                rule.fires(view.keys(ran))
+        self._record_early_stop(agent, rule, tuple(ran), fired, sure)
+        return {p: self.outputs[p] for p in ([sure.sure] if sure is not None and sure.sure else ran)}
 
-    async def _score_wave(self, agent: Agent, wave: tuple[str, ...], gate: SureGate) -> bool:
-        """Score `wave`'s parents in written order until one is sure (True). A score costs no tokens and no
-        budget (see `stop_rules`); it runs under the level's concurrency and the call timeout, and its
-        failure stops the run as a failed call would."""
+    async def _gate_wave(self, gate: tuple[StopCriterion, object], view: RunStopView, wave: tuple[str, ...],
+                         sure: SureGate) -> bool:
+        """The gate's scores of `wave`'s parents in written order, until one is sure (True)."""
         for p in wave:
-            if p not in self.requests:  # a parent that calls no model (a vote) is never sure
-                gate.record(p, None)
-                continue
-            score = self.logprobs.get(p)
-            if score is None:  # a backend that read none from the generation: one scoring pass
-                score = await self._score_reply(agent, p)
-            if gate.record(p, score):
+            if sure.record(p, await gate[0].score(gate[1], view, p)):
                 return True
         return False
 
-    async def _score_reply(self, agent: Agent, p: str) -> float:
-        """Parent `p`'s reply scored by its backend (`Scorer`), under its level's concurrency and the call
-        timeout; a failure stops the run as a failed call would."""
+    async def score_reply(self, agent: Agent, p: str) -> float | None:
+        """Parent `p`'s reply scored under its model (None: it calls no model, so it is never sure): the
+        log-probability its backend read from the generation, else one scoring pass. A score costs no tokens
+        and no budget (see `stop_rules`); a pass runs under the level's concurrency and the call timeout, and
+        its failure stops the run as a failed call would."""
+        if p not in self.requests:
+            return None
+        if (read := self.logprobs.get(p)) is not None:
+            return read
         backend, request = self.requests[p]
         level = self.spec.agent(p).capacity
         what = f"scoring agent {p!r} ({level}) for the stop rule of {agent.name!r}"
@@ -454,20 +441,11 @@ class _Run:
             except LemonError as exc:
                 raise _Stop("error", f"{what}: {exc}") from None
 
-    async def _check_wave(self, agent: Agent, wave: tuple[str, ...], gate: SureGate,
-                          examples: TaskExamples | None) -> bool:
-        """Run `wave`'s parents' programs on the task's examples in written order until one passes (True); its
-        score is `PASSED`, a failing program's 0, a task without examples leaves every score None. A check costs
-        no tokens; it runs off the event loop under the parent's level's concurrency."""
-        for p in wave:
-            if examples is None:
-                gate.record(p, None)
-                continue
-            async with self.ex._sem(self.spec.agent(p).capacity):
-                passed = await asyncio.to_thread(passes_examples, self.outputs[p], examples)
-            if gate.record(p, PASSED if passed else 0):
-                return True
-        return False
+    async def check_examples(self, p: str, examples: TaskExamples) -> bool:
+        """Whether parent `p`'s program passes the task's examples: off the event loop, under the parent's
+        level's concurrency; no tokens."""
+        async with self.ex._sem(self.spec.agent(p).capacity):
+            return await asyncio.to_thread(passes_examples, self.outputs[p], examples)
 
     def _vote_key_of(self, text: str) -> str | None:
         return self.vote_key(text) if self.vote_key else " ".join(text.split())
@@ -499,7 +477,7 @@ class _Run:
             msg = self._emit("message", agent.name, **{"from": p, "to": agent.name, "content_ref": f"contents/{p}"})
             self.trace.edge(self.returns[p], msg, "message")
             self.trace.edge(msg, spawn, "causal")
-        if role.kind == "vote":
+        if role.votes:
             text = majority_vote(list(parents.values()), self.vote_key)
             out, hit = NodeOutput(text, 0, 0, "vote"), False
             votes = {p: self.vote_key(t) if self.vote_key else " ".join(t.split())[:200] for p, t in parents.items()}
@@ -566,7 +544,7 @@ class _Run:
                 self.llm_hits += 1
             else:
                 self.spent_tokens += c.total_tokens
-            if ex.roles[agent.role].kind == "program":  # its code runs as its level's calls do, bounded
+            if ex.roles[agent.role].runs_program:  # its code runs as its level's calls do, bounded
                 async with ex._sem(agent.capacity):
                     try:
                         text = await programs.run_reply(c.text)

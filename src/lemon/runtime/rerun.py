@@ -32,7 +32,7 @@ def rerun_agents(spec: Spec, ref: FieldRef, edited: Spec, pool: Pool, roles: Rol
     changed |= {d for name in list(changed) for d in edited.descendants(name)}
     changed |= _unrun_behind_rules(spec, edited, changed, set(ran))
     live = required_agents(edited)
-    return [a.name for a in edited.agents if a.name in changed & live and roles[a.role].kind != "vote"]
+    return [a.name for a in edited.agents if a.name in changed & live and not roles[a.role].votes]
 
 
 def _edited_agents(spec: Spec, edited: Spec) -> set[str]:

@@ -1,4 +1,7 @@
-"""A stop rule's `logprob` gate at run time: which parent, if any, the model was sure of.
+"""A stop rule at run time: what a run tells the rule's criteria (`RunStopView`), and a gate's record (`SureGate`).
+
+The criteria themselves are objects of `lemon.spec.stops`: each decides through a `StopView`, which the executor
+provides here for one voter of one run. The `logprob` gate's part: which parent, if any, the model was sure of.
 
 The executor (`executor._Run._parents_until_stop`) runs a voter's parents in waves; with a gate, each newly run
 parent's reply is scored under the model that wrote it (`lemon.llm.base.Scorer`: the sum of the reply's token
@@ -13,11 +16,14 @@ the same parent rescores from the file).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from lemon.llm.base import can_score
 from lemon.llm.pool import Pool
+from lemon.runtime.examples_gate import TaskExamples, sandbox_refusal, task_examples
 from lemon.spec.model import Agent, Spec
 from lemon.spec.roles import RoleLibrary
 
@@ -44,7 +50,7 @@ def gate_refusal(voter: Agent, parents: Sequence[str], spec: Spec, pool: Pool, r
     of one). Checked before any parent runs, so a run that cannot gate spends nothing."""
     for name in parents:
         parent = spec.agent(name)
-        if roles[parent.role].kind == "vote":
+        if not roles[parent.role].calls_model:
             continue  # calls no model: never sure, never scored
         backend = pool.backend(parent.capacity)
         if not can_score(backend):
@@ -52,3 +58,56 @@ def gate_refusal(voter: Agent, parents: Sequence[str], spec: Spec, pool: Pool, r
                     f"{parent.capacity!r} ({backend.model_id}) cannot score replies (only an embedded llama.cpp "
                     "model can); serve that level embedded, or remove logprob from the rule")
     return None
+
+
+class _Run(Protocol):
+    """What a view needs of the executor's run (`executor._Run`)."""
+
+    task: str
+    spec: Spec
+    outputs: Mapping[str, str]
+
+    @property
+    def pool(self) -> Pool: ...
+
+    @property
+    def roles(self) -> RoleLibrary: ...
+
+    def _vote_key_of(self, text: str) -> str | None: ...
+
+    async def score_reply(self, agent: Agent, p: str) -> float | None: ...
+
+    async def check_examples(self, p: str, examples: TaskExamples) -> bool: ...
+
+
+class RunStopView:
+    """`lemon.spec.stops.StopView` for one voter of one run: what its rule's criteria may ask (the task's
+    examples are read once, when the gate first asks)."""
+
+    def __init__(self, run: _Run, voter: Agent) -> None:
+        self.run = run
+        self.voter = voter
+        self._examples: tuple[TaskExamples | None] | None = None
+
+    def keys(self, parents: Sequence[str]) -> list[str | None]:
+        return [self.run._vote_key_of(self.run.outputs[p]) for p in parents]
+
+    def scoring_refusal(self, voter: str, parents: Sequence[str]) -> str | None:
+        return gate_refusal(self.voter, parents, self.run.spec, self.run.pool, self.run.roles)
+
+    async def score(self, parent: str) -> float | None:
+        return await self.run.score_reply(self.voter, parent)
+
+    def examples(self) -> TaskExamples | None:
+        if self._examples is None:
+            self._examples = (task_examples(self.run.task),)
+        return self._examples[0]
+
+    async def examples_refusal(self, voter: str) -> str | None:
+        if self.examples() is None:
+            return None
+        return await asyncio.to_thread(sandbox_refusal, voter)
+
+    async def passes_examples(self, parent: str) -> bool | None:
+        examples = self.examples()
+        return None if examples is None else await self.run.check_examples(parent, examples)

@@ -6,35 +6,36 @@ and make hostile input (huge specs, giant strings) cheap to reject before any wo
 
 from __future__ import annotations
 
-import re
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     SerializerFunctionWrapHandler,
-    field_validator,
+    ValidationError,
     model_serializer,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
-# Bounds. Changing one changes the JSON schema given to orchestrators; keep them in one place.
-MAX_AGENTS = 12
-MAX_NAME_LEN = 24
-MAX_DUTY_LEN = 300
-MAX_SPEC_CHARS = 32_000
+from lemon.spec.bounds import (  # noqa: F401  (re-exported: the bounds are read from the model too)
+    MAX_AGENTS,
+    MAX_DUTY_LEN,
+    MAX_LOGPROB,
+    MAX_NAME_LEN,
+    MAX_SPEC_CHARS,
+    MIN_LOGPROB,
+)
+from lemon.spec.stops import StopCriterion, criteria, find_criterion
+
 NAME_PATTERN = rf"^[a-z][a-z0-9_]{{0,{MAX_NAME_LEN - 1}}}$"
 # A duty is one line of instruction, rendered verbatim inside double quotes; so no quote, backslash, control
 # or line-breaking characters, nothing YAML refuses to read (this is what makes every field's span in the
 # canonical text exact, and `parse(render(s)) == s` hold).
 DUTY_PATTERN = r'^[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff]*$'
-# A stop rule's `logprob` gate: nats summed over a reply's tokens, a whole number so that an edit steps it and
-# its text is short; -1 is a reply the model was all but certain of, -1000 about 400 uncertain tokens.
-MIN_LOGPROB = -1000
-MAX_LOGPROB = -1
-_WHOLE = re.compile(r"[-+]?[0-9]{1,9}")  # short: a 5,000-digit string never reaches int()
 # Plain YAML scalars that would load as booleans or null instead of the name.
 RESERVED_NAMES = frozenset({"yes", "no", "on", "off", "true", "false", "null"})
 
@@ -45,96 +46,93 @@ def _not_reserved(value: str) -> str:
     return value
 
 
-def _shown(value: object) -> str:
-    """A hostile value in one short line of an error message."""
-    text = " ".join(repr(value).split())
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 Name = Annotated[str, Field(pattern=NAME_PATTERN), AfterValidator(_not_reserved)]
 
 
 class StopRule(BaseModel):
     """When an aggregating agent may stop asking its parents (adaptive self-consistency).
 
-    The parents run lazily, in written order: first `agree` of them (or 2 for `confidence`; 1 when a `logprob`
-    gate is set), then `wave` more at a time, until the rule fires or `max` have run (default: all).
-    `agree: k` fires once k parents gave the same answer (Early-Stopping Self-Consistency's window rule);
-    `confidence: c` fires once the leading answer is the majority with posterior probability >= c under a
-    uniform Beta prior (Adaptive-Consistency's Beta criterion). `logprob: t` is a gate checked first after
-    each wave: the first parent whose reply has a log-probability >= t nats under its own model (summed over
-    the reply's tokens) is sure, fires the rule and is taken alone. It may stand alone (then the majority of
-    the parents run, if none was sure) or beside one of `agree` / `confidence`. Parents never run cost
-    nothing: that is the point of the rule.
-    `examples: true` is the other gate, for code: the first parent whose program passes the examples the task
-    itself shows (a docstring's `>>> f(x)` and its value; `lemon.runtime.examples_gate`) is taken alone.
+    The parents run lazily, in written order: first as many as the rule needs to decide (`first_wave`), then
+    `wave` more at a time, until the rule fires or `max` have run (default: all). What decides is the rule's
+    criteria, each a key of the written rule owned by one object of `lemon.spec.stops` (its validation, text,
+    edits and runtime decision): at most one criterion (`agree: k` fires once k parents gave the same answer;
+    `confidence: c` once the leading answer is the majority with posterior probability >= c) and at most one
+    gate, checked first after each wave, which takes one parent alone (`logprob: t`: the first reply the model
+    was sure of; `examples: true`: the first program that passes the task's own examples). Parents never run
+    cost nothing: that is the point of the rule. `rule.agree` and the like read a criterion's value (None when
+    the rule has none).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True)
 
-    agree: int | None = Field(default=None, ge=2, le=MAX_AGENTS - 1,
-                              description="stop once this many parents gave the same answer")
-    confidence: float | None = Field(default=None, ge=0.5, le=0.99,
-                                     description="stop once P(leading answer is the majority) >= this")
     max: int | None = Field(default=None, ge=1, le=MAX_AGENTS - 1,
                             description="run at most this many parents (default: all)")
     wave: int = Field(default=1, ge=1, le=MAX_AGENTS - 1, description="parents started together after the first")
-    logprob: int | None = Field(default=None, ge=MIN_LOGPROB, le=MAX_LOGPROB,
-                                description="take the first parent whose reply has log-probability >= this alone")
-    examples: bool | None = Field(default=None, description="take the first parent whose program passes the task's "
-                                                            "own examples alone")
 
-    @field_validator("logprob", mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _whole_nats(cls, value: object) -> object:
-        """A whole number of nats in the bounds (spec text reads every scalar as a string: digits with a sign
-        are that number), and nothing else YAML or JSON could turn into one (a boolean, a fraction, infinity):
-        one message that says what to write instead."""
-        if value is None:
-            return value
-        number = int(value) if isinstance(value, str) and _WHOLE.fullmatch(value) else value
-        whole = isinstance(number, int) and not isinstance(number, bool)
-        if not whole or not MIN_LOGPROB <= number <= MAX_LOGPROB:  # type: ignore[operator]
-            raise ValueError(f"logprob must be a whole number of nats from {MIN_LOGPROB} to {MAX_LOGPROB} "
-                             f"(a log-probability is negative; e.g. -25), got {_shown(value)}")
-        return number
-
-    @field_validator("examples", mode="after")
-    @classmethod
-    def _examples_or_none(cls, value: bool | None) -> bool | None:
-        """`examples: false` is the rule without the gate: one value for it, so text and model round-trip."""
-        return True if value else None
+    def _criteria(cls, data: Any, handler: ModelWrapValidatorHandler[StopRule]) -> StopRule:
+        """Each criterion's value validated by its own type (an error names `stop.<key>`), unset ones (None)
+        left out, and a key that is neither a modifier nor a registered criterion refused as unknown."""
+        if isinstance(data, dict):
+            data = {**{k: v for k, v in data.items() if k in cls.model_fields},
+                    **_criterion_values({k: v for k, v in data.items() if k not in cls.model_fields})}
+        return handler(data)
 
     @model_validator(mode="after")
-    def _one_criterion(self) -> StopRule:
-        if self.agree is not None and self.confidence is not None:
-            raise ValueError("give exactly one of agree (a count) or confidence (a probability), not both")
-        if self.logprob is not None and self.examples:
-            raise ValueError("give one gate: logprob (a sure reply) or examples (a passing program), not both")
-        if self.agree is None and self.confidence is None and self.logprob is None and not self.examples:
-            raise ValueError("give exactly one of agree (a count) or confidence (a probability), "
-                             "or a gate: logprob (e.g. -25) or examples: true")
-        if self.confidence is not None and round(self.confidence, 2) != self.confidence:
-            raise ValueError("confidence has at most two decimals, e.g. 0.95")
-        if self.agree is not None and self.max is not None and self.agree > self.max:
-            raise ValueError(f"agree ({self.agree}) cannot exceed max ({self.max})")
+    def _one_of_each(self) -> StopRule:
+        chosen = self.values
+        for kind, what in (("criterion", "give exactly one of {}, not both"), ("gate", "give one gate: {}, not both")):
+            if sum(1 for k in chosen if _kind(k) == kind) > 1:
+                raise ValueError(what.format(" or ".join(c.phrase for c in criteria() if c.kind == kind)))
+        if not chosen:
+            hints = {kind: " or ".join(c.hint for c in criteria() if c.kind == kind) for kind in ("criterion", "gate")}
+            raise ValueError(f"give exactly one of {hints['criterion']}, or a gate: {hints['gate']}")
+        for key, value in chosen.items():
+            if problem := _criterion(key).problem(value, self.max):
+                raise ValueError(problem)
         return self
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        """Without a gate, the dump of the fields that existed before the gates (traces' topology, and the run
-        ids hashed from it, stay as they were)."""
+        """The keys the first rules had (agree, confidence, max, wave) always, in that order, then each other
+        criterion that is set: traces' topology, and the run ids hashed from it, stay as they were."""
         data: dict[str, object] = handler(self)
-        if self.logprob is None:
-            data.pop("logprob", None)
-        if not self.examples:
-            data.pop("examples", None)
-        return data
+        out = {c.key: data.get(c.key) for c in criteria() if c.always_dumped}
+        out |= {"max": data["max"], "wave": data["wave"]}
+        return out | {c.key: data[c.key] for c in criteria() if not c.always_dumped and c.key in data}
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)  # type: ignore[misc]
+        except AttributeError:
+            if find_criterion(name) is not None:
+                return None  # a registered criterion this rule does not use
+            raise
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The criteria this rule sets, key -> value, in registry order."""
+        extra = self.__pydantic_extra__ or {}
+        return {c.key: extra[c.key] for c in criteria() if c.key in extra}
+
+    def _of_kind(self, kind: str) -> tuple[StopCriterion, Any] | None:
+        return next(((_criterion(k), v) for k, v in self.values.items() if _kind(k) == kind), None)
+
+    @property
+    def criterion(self) -> tuple[StopCriterion, Any] | None:
+        """The rule's criterion and its value (None: a gate alone)."""
+        return self._of_kind("criterion")
+
+    @property
+    def gate(self) -> tuple[StopCriterion, Any] | None:
+        """The rule's gate and its value (None: no gate)."""
+        return self._of_kind("gate")
 
     @property
     def gated(self) -> bool:
         """Whether a gate may take one parent alone (then the first wave is one parent)."""
-        return self.logprob is not None or bool(self.examples)
+        return self.gate is not None
 
     @property
     def first_wave(self) -> int:
@@ -143,10 +141,57 @@ class StopRule(BaseModel):
         return 1 if self.gated else self.least_parents
 
     @property
+    def required_agreement(self) -> int | None:
+        """Parents the criterion itself needs (`agree`'s k), None when it sets no such bound."""
+        found = self.criterion
+        return found[0].least_parents(found[1]) if found is not None else None
+
+    @property
     def least_parents(self) -> int:
-        """Parents the rule needs to decide anything: `agree` of them, else 2 (a confidence bound, or a gate
-        that only chooses between taking one parent alone and a vote of several)."""
-        return self.agree if self.agree is not None else 2
+        """Parents the rule needs to decide anything: its criterion's own bound (`agree` of them), else 2 (a
+        confidence bound, or a gate that only chooses between taking one parent alone and a vote of several)."""
+        found = self.required_agreement
+        return found if found is not None else 2
+
+    def fires(self, keys: list[str | None]) -> bool:
+        """Whether the rule's criterion is satisfied by the vote keys of the parents run so far (a gate alone
+        has none: only a sure parent fires it)."""
+        found = self.criterion
+        return found is not None and found[0].fires(found[1], keys)
+
+
+def _criterion(key: str) -> StopCriterion:
+    found = find_criterion(key)
+    assert found is not None, key
+    return found
+
+
+def _kind(key: str) -> str:
+    return _criterion(key).kind
+
+
+def _criterion_values(data: dict[str, Any]) -> dict[str, Any]:
+    """Each registered criterion's value validated by its type; unset (None) ones left out; a
+    `ValidationError` whose location names the key for a bad value or an unknown key."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        found = find_criterion(key) if isinstance(key, str) else None
+        if found is None:
+            raise ValidationError.from_exception_data("StopRule", [
+                InitErrorDetails(type="extra_forbidden", loc=(str(key),), input=value)])
+        if value is None:
+            continue
+        try:
+            checked = found.adapter.validate_python(value)
+        except ValidationError as exc:
+            raise ValidationError.from_exception_data("StopRule", [
+                InitErrorDetails(type=PydanticCustomError("value_error", e["msg"])
+                                 if e["type"] == "value_error" else e["type"],  # type: ignore[typeddict-item]
+                                 loc=(key, *e["loc"]), input=e["input"], ctx=e.get("ctx", {}))
+                for e in exc.errors()]) from None
+        if checked is not None:
+            out[key] = checked
+    return out
 
 
 class Agent(BaseModel):

@@ -53,14 +53,8 @@ class _Writer:
 
 def render_stop(rule: StopRule) -> str:
     """A stop rule as a one-line YAML flow mapping, fixed key order (the gate first, as it is checked first;
-    then the agreement criterion, max, wave), defaults left out (fewer spec tokens)."""
-    parts = [f"logprob: {rule.logprob}"] if rule.logprob is not None else []
-    if rule.examples:
-        parts.append("examples: true")
-    if rule.agree is not None:
-        parts.append(f"agree: {rule.agree}")
-    elif rule.confidence is not None:
-        parts.append(f"confidence: {rule.confidence!r}")
+    then the criterion, max, wave; each criterion writes its own part), defaults left out (fewer spec tokens)."""
+    parts = [found[0].render(found[1]) for found in (rule.gate, rule.criterion) if found is not None]
     if rule.max is not None:
         parts.append(f"max: {rule.max}")
     if rule.wave != 1:

@@ -10,13 +10,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal
 
 from lemon.errors import ConfigError
 from lemon.yamlfile import load_yaml
 
-RoleKind = Literal["llm", "program", "vote"]
-ROLE_KINDS: tuple[str, ...] = ("llm", "program", "vote")
+
+@dataclass(frozen=True, slots=True)
+class RoleKind:
+    """What an agent of a role does, registered once: whether it calls a model, whether it votes over its
+    parents (no model call; it may carry a stop rule), whether its reply is a program the runtime runs, and
+    whether the prose prompts list it (`llm_role_names`). Every caller asks these, never the kind's name."""
+
+    name: str
+    calls_model: bool = True
+    votes: bool = False
+    runs_program: bool = False
+    prose: bool = False
+
+
+#: The role kinds, by name; a new kind is one entry here (and a role file naming it).
+ROLE_KINDS: dict[str, RoleKind] = {k.name: k for k in (
+    RoleKind("llm", prose=True),
+    RoleKind("program", runs_program=True),
+    RoleKind("vote", calls_model=False, votes=True),
+)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +41,24 @@ class Role:
     name: str
     description: str
     system_prompt: str
-    kind: RoleKind = "llm"
+    kind: str = "llm"  # a name of ROLE_KINDS
+
+    @property
+    def behaviour(self) -> RoleKind:
+        """The role's kind as an object (`RoleKind`)."""
+        return ROLE_KINDS[self.kind]
+
+    @property
+    def votes(self) -> bool:
+        return self.behaviour.votes
+
+    @property
+    def calls_model(self) -> bool:
+        return self.behaviour.calls_model
+
+    @property
+    def runs_program(self) -> bool:
+        return self.behaviour.runs_program
 
 
 class RoleLibrary:
@@ -72,4 +106,4 @@ class RoleLibrary:
         """The prose roles: those a prompted orchestrator and the full policy prompt list. Program roles are
         left out so those prompts (and their cached requests) stay as they were measured; a spec may still
         name one, and the bank teams and `pot` baselines do."""
-        return tuple(n for n in self.names if self._roles[n].kind == "llm")
+        return tuple(n for n in self.names if self._roles[n].behaviour.prose)

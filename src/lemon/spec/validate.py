@@ -81,7 +81,7 @@ def _agent_problems(spec: Spec, roles: RoleLibrary, levels: Sequence[str]) -> It
         for p in a.depends_on:
             if p not in known:
                 yield f"agent {a.name!r}, field depends_on: no agent is named {p!r}"
-        if a.role in roles and roles[a.role].kind == "vote" and not a.depends_on:
+        if a.role in roles and roles[a.role].votes and not a.depends_on:
             yield f"agent {a.name!r}: role {a.role!r} votes over its parents, so it needs depends_on"
         if a.stop is not None:
             yield from _stop_problems(a, roles)
@@ -91,7 +91,7 @@ def _stop_problems(a: Agent, roles: RoleLibrary) -> Iterator[str]:
     """A stop rule belongs on a voting agent and must be able to fire within the parents it has."""
     assert a.stop is not None
     where = f"agent {a.name!r}, field stop"
-    if a.role in roles and roles[a.role].kind != "vote":
+    if a.role in roles and not roles[a.role].votes:
         yield f"{where}: only a voting agent (e.g. role majority_vote) can stop early; remove stop or change role"
         return
     n = len(a.depends_on)
@@ -101,7 +101,7 @@ def _stop_problems(a: Agent, roles: RoleLibrary) -> Iterator[str]:
     limit = a.stop.max if a.stop.max is not None else n
     if limit > n:
         yield f"{where}: max {limit} exceeds its {n} parents; lower max or add parents"
-    elif a.stop.agree is None and a.stop.confidence is None and limit < 2:
+    elif a.stop.criterion is None and limit < 2:
         yield (f"{where}: a gate alone with max {limit} decides nothing (that parent is taken either way); "
                "raise max to 2 or more, or remove stop")
     elif a.stop.least_parents > limit:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lemon.evaluation.bank import vote_team
-from lemon.evaluation.baselines import GATE_LOGPROB, PROGRAM_ROLES, voter_team
+from lemon.evaluation.baselines import GATE_LOGPROB, program_role, voter_team
 from lemon.spec.model import Spec, StopRule
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -52,7 +52,7 @@ PROGRAM_TEAMS = ("P", "PPPPP", "PPCCC", "PCCCC", "CPCCC")
 
 def program_candidates(kind: str, roles: RoleLibrary, level: str) -> list[tuple[str, Spec]]:
     """`budget_candidates` and `PROGRAM_TEAMS` at `level` where the answer kind has program voters."""
-    programs = [(order, voter_team(kind, level, order)) for order in PROGRAM_TEAMS] if kind in PROGRAM_ROLES else []
+    programs = [(order, voter_team(kind, level, order)) for order in PROGRAM_TEAMS] if program_role(kind) else []
     return budget_candidates(kind, roles, level) + programs
 
 

@@ -85,18 +85,16 @@ class Ablation:
             agents.append(a.model_copy(update=update))
         output = agents[-1].name if self.fixed_structure == "chain" else spec.output
         if self.fixed_structure == "chain":  # a vote agent first in a chain would have no parent to vote over
-            agents = [a.model_copy(update={"role": "generalist"}) if roles[a.role].kind == "vote" and
+            agents = [a.model_copy(update={"role": "generalist"}) if roles[a.role].votes and
                       not a.depends_on else a for a in agents]
         return validate_spec(Spec(agents=tuple(agents), output=output), roles, levels)
 
     def families(self, families: Sequence[str]) -> tuple[str, ...]:
-        """The counterfactual families that still mean something under this ablation."""
-        off = {"role"} if self.fixed_roles else set()
-        if self.fixed_capacity:
-            off.update(("capacity", "level"))
-        if self.fixed_structure:
-            off.add("edge")
-        return tuple(f for f in families if f not in off)
+        """The counterfactual families that still mean something under this ablation: those whose field it does
+        not fix (each family says which kind of field it edits: `spec.edits`), so a new family is covered too."""
+        fixed = {kind for kind, on in (("duty", self.fixed_roles), ("capacity", self.fixed_capacity),
+                                       ("edge", self.fixed_structure)) if on}
+        return tuple(f for f in families if edit_family(f).kind not in fixed)
 
     def as_dict(self) -> dict[str, object]:
         return {"fixed_roles": self.fixed_roles, "fixed_capacity": self.fixed_capacity,
@@ -348,7 +346,7 @@ def _edit_options(s: Sample, allowed: Sequence[str], levels: Sequence[str],
     assert s.spec is not None and s.rendered is not None
     spans = s.rendered.spans
     spec = s.spec
-    inert = {a.name for a in spec.agents if roles[a.role].kind == "vote"}
+    inert = {a.name for a in spec.agents if not roles[a.role].calls_model}
     options = {f: [r for r in live_fields(spec, applicable_edits(spec, f, levels))  # type: ignore[arg-type]
                    if r in spans and not (edit_family(f).model_only and r.agent in inert)] for f in allowed}
     return {f: refs for f, refs in options.items() if refs}

@@ -31,8 +31,9 @@ def _rewire(a: Agent, old: tuple[str, ...], new: tuple[str, ...]) -> Agent:
     at = a.depends_on.index(old[0])
     deps = (*a.depends_on[:at], *new, *a.depends_on[at + len(old):])
     rule = a.stop
-    if rule is not None and rule.agree is not None and rule.agree > len(deps):
-        raise SpecError(f"{a.name}'s stop rule needs {rule.agree} agreeing parents; {len(deps)} would be left")
+    need = rule.required_agreement if rule is not None else None
+    if need is not None and need > len(deps):
+        raise SpecError(f"{a.name}'s stop rule needs {need} agreeing parents; {len(deps)} would be left")
     if rule is not None and rule.max is not None and rule.max >= len(deps):
         rule = rule.model_copy(update={"max": None})
     return a.model_copy(update={"depends_on": deps, "stop": rule})

@@ -15,8 +15,9 @@ from pydantic import ValidationError
 
 from lemon.errors import SpecError
 from lemon.spec.edits.base import Edit, EditFamily, Family, FieldEdits, agent_of, make_edit
-from lemon.spec.model import MAX_LOGPROB, MIN_LOGPROB, Agent, Spec, StopRule
+from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.render import FieldKind, FieldRef, render_stop
+from lemon.spec.stops import criteria
 
 
 def remove_stop(spec: Spec, agent: str) -> Edit:
@@ -26,29 +27,22 @@ def remove_stop(spec: Spec, agent: str) -> Edit:
     return make_edit(spec, "stop", FieldRef("stop", agent), stop=None)
 
 
-#: How far one notch moves a `logprob` gate, in nats.
-LOGPROB_STEP = 5
-
-
 def stop_variants(agent: Agent) -> list[StopRule]:
-    """The rules one notch from `agent`'s: agree k +/- 1, max +/- 2 (clamped), a gate's logprob -/+ 5 (clamped)
-    or the gate dropped, each within the agent's parents; only rules that validate there."""
+    """The rules one notch from `agent`'s: its criterion's variants (agree k +/- 1), max +/- 2 (clamped), its
+    gate's variants (logprob -/+ 5, clamped, or the gate dropped; an examples gate dropped), each within the
+    agent's parents (each criterion says its own: `lemon.spec.stops`); only rules that validate there."""
     rule = agent.stop
     if rule is None:
         return []
     n = len(agent.depends_on)
     limit = rule.max if rule.max is not None else n
     updates: list[dict[str, object]] = []
-    if rule.agree is not None:
-        updates += [{"agree": k} for k in (rule.agree - 1, rule.agree + 1) if 2 <= k <= limit]
+    if (found := rule.criterion) is not None:
+        updates += [{found[0].key: v} for v in found[0].variants(found[1], limit)]
     updates += [{"max": None if m == n else m}
                 for m in sorted({max(limit - 2, rule.least_parents), min(limit + 2, n)} - {limit})]
-    if rule.logprob is not None:
-        moved = sorted({min(max(rule.logprob + d, MIN_LOGPROB), MAX_LOGPROB) for d in (-LOGPROB_STEP, LOGPROB_STEP)})
-        updates += [{"logprob": t} for t in moved if t != rule.logprob]
-        updates.append({"logprob": None})
-    if rule.examples:
-        updates.append({"examples": None})
+    if (found := rule.gate) is not None:
+        updates += [{found[0].key: v} for v in found[0].variants(found[1], limit)]
     return [v for u in updates if (v := _variant(rule, u, n)) is not None]
 
 
@@ -62,17 +56,10 @@ def _variant(rule: StopRule, update: dict[str, object], parents: int) -> StopRul
     return new if new.least_parents <= limit else None
 
 
-def describe_gate(old: StopRule, new: StopRule) -> str:
-    """What a move of the `logprob` gate does, in words (empty when the gate did not change)."""
-    if old.logprob == new.logprob:
-        return ""
-    if new.logprob is None:
-        return "; no parent is taken alone any more"
-    if old.logprob is None:
-        return f"; a parent whose reply has log-probability >= {new.logprob} is taken alone"
-    stricter = new.logprob > old.logprob
-    return (f"; the gate is {'stricter' if stricter else 'looser'}: a parent is taken alone at log-probability "
-            f">= {new.logprob} instead of >= {old.logprob}")
+def describe_change(old: StopRule, new: StopRule) -> str:
+    """What the change of each criterion does, in words, as the criteria say it (a `logprob` gate's move;
+    empty when nothing worth saying changed)."""
+    return "".join(c.describe(old.values.get(c.key), new.values.get(c.key)) for c in criteria())
 
 
 class StopFamily(FieldEdits):
@@ -94,7 +81,7 @@ class StopFamily(FieldEdits):
         before = render_stop(old) if old else "none"
         if new is None:
             return f"remove the stop rule of {ref.agent} ({before}): every parent runs"
-        gate = describe_gate(old, new) if old else ""
+        gate = describe_change(old, new) if old else ""
         return f"change the stop rule of {ref.agent}: {before} -> {render_stop(new)}{gate}"
 
     def value(self, spec: Spec, ref: FieldRef) -> str | None:

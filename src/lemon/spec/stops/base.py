@@ -1,0 +1,108 @@
+"""What a stop criterion is: one object that owns a key of a voter's `stop:` rule, from the text to the run.
+
+A rule holds at most one criterion of each `kind`: a `criterion` decides from the answers of the parents run so
+far whether the vote may stop (`agree`, `confidence`), a `gate` may take one parent alone (`logprob`,
+`examples`). Beside them the rule's modifiers (`max`, `wave`) say how many parents run, and when; they belong
+to every rule (`lemon.spec.model.StopRule`).
+
+A criterion owns its value's validation (`value_type`, and `problem` for what depends on the rest of the rule),
+its text (`render`: its part of the canonical one-line rule, hence its span), what it needs of the parents
+(`least_parents`), its counterfactual edits (`variants`, `describe`) and its runtime decision: `fires` for a
+criterion, `refusal` / `score` / `threshold` for a gate, asked through a `StopView` the runtime provides (the
+parents' vote keys, a reply's log-probability, a program's verdict on the task's examples), so the criterion
+needs nothing above the spec layer. The runtime records each decision as the rule's `stop` trace event (the
+rule as rendered, and for a gate each parent's score and the sure one).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any, Literal, Protocol
+
+from pydantic import TypeAdapter
+
+Kind = Literal["criterion", "gate"]
+
+
+class StopView(Protocol):
+    """What a run tells a criterion about a voter's parents (`lemon.runtime.executor` implements it)."""
+
+    def keys(self, parents: Sequence[str]) -> list[str | None]:
+        """The vote keys (extracted answers) of parents that ran, in order."""
+        ...
+
+    def scoring_refusal(self, voter: str, parents: Sequence[str]) -> str | None:
+        """Why the parents' replies cannot be scored on this pool (one line naming the fix), or None."""
+        ...
+
+    async def score(self, parent: str) -> float | None:
+        """The summed token log-probability of a parent's reply under its model (None: it calls no model)."""
+        ...
+
+    async def examples_refusal(self, voter: str) -> str | None:
+        """Why the task's examples cannot be run here (one line naming the fix), or None (also when none)."""
+        ...
+
+    async def passes_examples(self, parent: str) -> bool | None:
+        """Whether a parent's program passes the examples the task shows (None: the task shows none)."""
+        ...
+
+
+def answer_counts(keys: Sequence[str | None]) -> list[int]:
+    """How many parents gave each answer, most common first (no answer counts for none)."""
+    return sorted(Counter(k for k in keys if k).values(), reverse=True)
+
+
+class StopCriterion:
+    """The defaults a criterion overrides; see the module docstring. `phrase` names it in a message listing
+    the alternatives ("agree (a count)"), `hint` shows how to write one ("logprob (e.g. -25)").
+    `always_dumped`: the rule's dump (traces' topology) holds the key even when unset, as the first rules did."""
+
+    key: str
+    kind: Kind
+    value_type: Any
+    phrase: str
+    hint: str
+    always_dumped: bool = False
+
+    @cached_property
+    def adapter(self) -> TypeAdapter[Any]:
+        return TypeAdapter(self.value_type)
+
+    def render(self, value: Any) -> str:
+        return f"{self.key}: {value}"
+
+    def least_parents(self, value: Any) -> int | None:
+        """Parents that must have answered before the criterion can fire (None: no bound of its own)."""
+        return None
+
+    def problem(self, value: Any, max_parents: int | None) -> str | None:
+        """What is wrong with the value given the rule's `max` (None: nothing)."""
+        return None
+
+    def variants(self, value: Any, limit: int) -> list[Any]:
+        """Values one notch away, for a counterfactual edit (None drops the criterion); `limit` is the parents
+        the rule may run. Only those that validate are offered (`spec.edits.stop`)."""
+        return []
+
+    def describe(self, old: Any, new: Any) -> str:
+        """What a change of the value does, in words ("" when nothing worth saying)."""
+        return ""
+
+    def fires(self, value: Any, keys: Sequence[str | None]) -> bool:
+        """A criterion's decision on the vote keys of the parents run so far."""
+        return False
+
+    async def refusal(self, value: Any, view: StopView, voter: str, parents: Sequence[str]) -> str | None:
+        """A gate's check before any parent runs: why it cannot run here (one line), or None."""
+        return None
+
+    async def score(self, value: Any, view: StopView, parent: str) -> float | None:
+        """A gate's score of one parent that ran (None: not scored)."""
+        return None
+
+    def threshold(self, value: Any) -> float:
+        """The score at which a gate takes a parent alone."""
+        raise NotImplementedError(self.key)
