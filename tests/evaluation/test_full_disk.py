@@ -21,8 +21,9 @@ from lemon.llm.cache import SQLiteCache
 from tests.cli.test_cli_core import GOOD, assert_clean_error, lemon
 from tests.evaluation.test_cli import scripted_pool_yaml
 from tests.fulldisk import fill, small_disk
+from tests.writers import WRITERS, written_store
 
-__all__ = ["small_disk"]  # the fixture, used by name
+__all__ = ["small_disk", "written_store"]  # the fixtures, used by name
 
 
 def _litter(folder: Path) -> list[str]:
@@ -47,6 +48,37 @@ def test_a_report_on_a_full_disk_is_one_line_and_leaves_nothing(small_disk: Path
     with pytest.raises(StorageError, match="the disk is full"):
         write_report(small_disk / "results.md", "# a report\n" * 1000)
     assert _litter(small_disk) == []
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_every_writer_on_a_full_disk_is_one_line_and_keeps_the_previous_file(command: str, written_store,
+                                                                             small_disk: Path,
+                                                                             _isolated_home: Path) -> None:
+    """Issue 52, item 7. Old code: an OSError traceback from view, trace and the exports, a 0-byte PNG in place
+    of the previous plot (matplotlib wrote it in place); now one writer, one line, the previous file intact."""
+    writer = WRITERS[command]
+    target = small_disk / f"out{writer.suffix}"
+    target.write_bytes(b"the previous file")
+    fill(small_disk)
+    proc = lemon(*writer.args(written_store, target), home=_isolated_home, timeout=300)
+    assert_clean_error(proc, f"cannot write the {_WHAT[command]} to {target}: the disk is full; free space there")
+    assert target.read_bytes() == b"the previous file"
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", target.name]
+
+
+_WHAT = {"cache export": "cache export", "report --file": "report", "report --plot": "plot",
+         "export csv": "CSV table", "export otel": "spans", "export inspect": "Inspect log", "view": "page",
+         "trace": "JSON"}
+
+
+def test_a_plot_on_a_full_disk_leaves_no_empty_png(written_store, small_disk: Path, _isolated_home: Path) -> None:
+    """Old code: a traceback and a 0-byte accuracy-vs-tokens.png."""
+    fill(small_disk)
+    plot = small_disk / "accuracy-vs-tokens.png"
+    proc = lemon("report", "--store", str(written_store.store), "--plot", str(plot), home=_isolated_home,
+                 timeout=300)
+    assert_clean_error(proc, "the disk is full")
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler"]
 
 
 def test_the_report_temporary_file_is_unique_per_call(tmp_path: Path) -> None:

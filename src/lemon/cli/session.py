@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -16,7 +15,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from lemon.errors import ConfigError, LemonError, SpecError, StorageError
-from lemon.files import disk_full
+from lemon.files import disk_full, write_output
 from lemon.inspection.tracefile import extracted_answer
 from lemon.llm.base import GenParams
 from lemon.llm.pool import Pool
@@ -361,7 +360,5 @@ def endpoint_pool(pool: str, model: str | None, base_url: str | None, api_key_en
     folder = ensure_dir(lemon_home() / "pools", "pool files")
     path = folder / f"endpoint-{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
     if not path.is_file():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_output(path, text, what="the endpoint's pool file", fix="point LEMON_HOME at a writable folder")
     return str(path)

@@ -98,9 +98,9 @@ def _emit_json(console: Console, data: Any, out: Path | None) -> None:
     if out is None:
         console.file.write(text + "\n")
         return
-    from lemon.inspection.view import write_atomic
+    from lemon.files import write_output
 
-    write_atomic(out, text + "\n")
+    write_output(out, text + "\n", what="the JSON")
     console.print(f"wrote {out}", highlight=False)
 
 
@@ -377,7 +377,7 @@ def view_cmd(
     file: Annotated[Path | None, opt("file", help="The HTML file to write (default ./lemon-view.html).")] = None,
 ) -> None:
     """Write a self-contained HTML page (works offline) showing runs, items, DAGs, diffs, attributions, training."""
-    from lemon.inspection.view import write_atomic
+    from lemon.files import write_output
     from lemon.inspection.view.build import training_page
 
     console = consoles().out
@@ -390,7 +390,7 @@ def view_cmd(
         html = training_page([path, *train_dirs], max_steps=max_steps)
     else:
         html = _store_html(target, store, item, seed, train_dirs, max_traces, max_steps)
-    write_atomic(dest, html)
+    write_output(dest, html, what="the page")
     console.print(f"wrote {dest} ({len(html) / 1e6:.1f} MB); open file://{dest.resolve()}", highlight=False)
 
 
@@ -447,7 +447,7 @@ def export_otel_cmd(
     except ImportError as exc:
         raise LemonError(f"exporting to OpenTelemetry needs the [export] extra ({exc.name} is missing): "
                          "pip install -e '.[export]'") from None
-    from lemon.inspection.view import write_atomic
+    from lemon.files import write_output
 
     console = consoles().out
     with open_source(run_id, _store_path(store)) as src:
@@ -457,7 +457,7 @@ def export_otel_cmd(
             raise LemonError("say where the spans go: --endpoint URL (send) or --file FILE / --out DIR (write)")
         if dest is not None:
             spans = build_spans(src.db, run, item_ids=item or None, include_content=include_content)
-            write_atomic(dest, otlp_json_lines(spans))
+            write_output(dest, otlp_json_lines(spans), what="the spans")
             console.print(f"wrote {dest} ({len(spans)} spans of run {run.run_id})", highlight=False)
             return
         assert endpoint is not None
@@ -498,8 +498,8 @@ def export_csv_cmd(
     store: StoreOpt = None,
 ) -> None:
     """One row per (run, item, seed): correctness, prediction, gold, tokens, status, latency (stdout by default)."""
+    from lemon.files import write_output
     from lemon.inspection.export_table import results_csv
-    from lemon.inspection.view import write_atomic
 
     console = consoles().out
     dest = output_file(out, file, "results.csv")
@@ -513,7 +513,7 @@ def export_csv_cmd(
     if dest is None:
         console.file.write("".join(parts))
         return
-    write_atomic(dest, "".join(parts))
+    write_output(dest, "".join(parts), what="the CSV table")
     console.print(f"wrote {dest} ({n} rows of {n_runs} run(s))", highlight=False)
 
 

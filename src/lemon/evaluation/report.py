@@ -14,6 +14,7 @@ always be traced back to the run that produced it.
 
 from __future__ import annotations
 
+import io
 import math
 import statistics
 from collections import defaultdict
@@ -27,14 +28,14 @@ from typing import Any
 import yaml
 
 from lemon.benchmarks.base import DataDir
-from lemon.errors import LemonError, StorageError
+from lemon.errors import LemonError
 from lemon.evaluation.agent_replies import replies_lines
 from lemon.evaluation.baselines import method_names
 from lemon.evaluation.methods import run_label, shown_level, shown_method, uses_level
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.evaluation.table import PairFn, benchmark_table, best_of
 from lemon.evaluation.teams import adaptive_runs, teams_lines
-from lemon.files import disk_full, write_atomic
+from lemon.files import write_output
 from lemon.llm.models import parameters_b
 
 
@@ -455,10 +456,10 @@ def plot_accuracy_vs_tokens(stats: Sequence[RunStats], path: Path, *, store_path
     fig.suptitle("Accuracy vs worker tokens (error bars: std over seeds)\n"
                  f"store {store_path}, {generated_at}", fontsize=9)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    png = io.BytesIO()  # drawn in memory, then written as every file is: a full disk left a 0-byte PNG
+    fig.savefig(png, format="png", dpi=120)
     plt.close(fig)
-    return path
+    return write_output(path, png.getvalue(), what="the plot", fix="pass --plot another path")
 
 
 BEGIN_MARK = "<!-- lemon report: begin -->"
@@ -481,19 +482,13 @@ def _sections(store: ResultsStore, runs: Sequence[RunInfo], sources: Mapping[str
 def write_report(out: Path, markdown: str) -> None:
     """Write the report to `out`; if `out` already holds the begin/end marks, replace only what lies between
     them (headings demoted one level), so a hand-written results document can embed a generated table."""
-    out.parent.mkdir(parents=True, exist_ok=True)
     text = out.read_text(encoding="utf-8") if out.is_file() else ""
     if BEGIN_MARK in text and END_MARK in text.split(BEGIN_MARK, 1)[1]:
         head, rest = text.split(BEGIN_MARK, 1)
         tail = rest.split(END_MARK, 1)[1]
         body = "\n".join("#" + line if line.startswith("#") else line for line in markdown.splitlines())
         markdown = f"{head}{BEGIN_MARK}\n{body}\n{END_MARK}{tail}"
-    try:  # a temporary name unique to this call (two reports at once), removed if the write fails
-        write_atomic(out, markdown)
-    except OSError as exc:
-        fix = "the disk is full: free space there or" if disk_full(out.parent, exc) else "check the folder, or"
-        raise StorageError(f"cannot write the report to {out} ({exc.strerror or exc}); {fix} pass --file "
-                           "another path (the tables are printed above)") from None
+    write_output(out, markdown, what="the report")
 
 
 def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | None = None,

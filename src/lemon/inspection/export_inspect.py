@@ -12,13 +12,14 @@ any stop rule's decision are info events. inspect_ai is imported here only, so t
 from __future__ import annotations
 
 import json
-import os
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lemon.errors import LemonError
+from lemon.errors import LemonError, StorageError
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
+from lemon.files import disk_full, write_output
 
 
 def _iso(ts: float) -> str:
@@ -161,11 +162,20 @@ def write_inspect_log(db: ResultsStore, run: RunInfo, out: Path) -> int:
     if out.suffix not in (".eval", ".json"):
         raise LemonError(f"{out}: an Inspect log file ends in .eval or .json; name it e.g. run.eval")
     log = inspect_log(db, run)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")
-    try:
-        write_eval_log(log, str(tmp), format=out.suffix.lstrip("."))  # type: ignore[arg-type]
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_output(out, _log_bytes(log, out.suffix, write_eval_log), what="the Inspect log")
     return len(log.samples or [])
+
+
+def _log_bytes(log: Any, suffix: str, write_eval_log: Any) -> bytes:
+    """The log as inspect_ai writes it (it writes only to a path), staged in a temporary folder so that the
+    one writer puts it at the user's path: a device, a FIFO or a full disk handled as for every other file."""
+    folder = Path(tempfile.gettempdir())
+    try:
+        with tempfile.TemporaryDirectory(prefix="lemon-inspect-") as staging:
+            staged = Path(staging) / f"log{suffix}"
+            write_eval_log(log, str(staged), format=suffix.lstrip("."))
+            return staged.read_bytes()
+    except OSError as exc:
+        reason = "the disk is full" if disk_full(folder, exc) else (exc.strerror or str(exc))
+        raise StorageError(f"cannot stage the Inspect log in the temporary folder {folder} ({reason}); free "
+                           "space there or set TMPDIR to another folder") from None

@@ -53,8 +53,8 @@ def results_csv(db: ResultsStore, runs: Sequence[RunInfo]) -> tuple[str, int]:
 
 
 def write_results_csv(db: ResultsStore, runs: Sequence[RunInfo], out: Path) -> int:
-    from lemon.inspection.view import write_atomic
+    from lemon.files import write_output
 
     text, n = results_csv(db, runs)
-    write_atomic(out, text)
+    write_output(out, text, what="the CSV table")
     return n

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lemon.errors import StorageError
-from lemon.files import write_atomic
+from lemon.files import write_output
 from lemon.llm.cache import SQLiteCache
 
 FORMAT = "lemon-llm-cache/1"
@@ -50,12 +50,7 @@ def export_cache(cache: SQLiteCache, path: Path) -> Transfer:
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, compresslevel=9) as gz:
         gz.write(("\n".join(lines) + "\n").encode("utf-8"))
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, buffer.getvalue())
-    except OSError as exc:
-        raise StorageError(f"cannot write the cache export {path} ({exc.strerror or exc}); choose a writable "
-                           "path") from None
+    write_output(path, buffer.getvalue(), what="the cache export", fix="name another path")
     return Transfer(len(completions), len(scores))
 
 

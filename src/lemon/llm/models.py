@@ -138,7 +138,7 @@ def _write_stamp(path: Path, sha: str) -> None:
     try:  # a temporary name unique to this call, removed when the write fails
         stamp.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(stamp, json.dumps(_stamp_fields(path, sha)))
-    except OSError as exc:
+    except (OSError, StorageError) as exc:  # StorageError: the stamp's path is a folder or a device
         log.warning("could not record the verified hash of %s (%s); it will be re-hashed next time", path, exc)
 
 
