@@ -113,6 +113,8 @@ def test_cli_sends_to_a_real_otlp_http_receiver(stored: Stored, _isolated_home: 
     agent = next(s for s in spans if s.name == "invoke_agent final")
     deps = {a.key: a.value for a in agent.attributes}["lemon.depends_on"]
     assert [v.string_value for v in deps.array_value.values] == ["checker"]
+    checker = next(s for s in spans if s.name == "invoke_agent checker" and s.trace_id == agent.trace_id)
+    assert [(link.trace_id, link.span_id) for link in agent.links] == [(checker.trace_id, checker.span_id)]
 
 
 def test_unreachable_endpoint_is_one_line_and_sends_nothing(stored: Stored, _isolated_home: Path) -> None:
