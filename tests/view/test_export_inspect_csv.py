@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from inspect_ai.log import read_eval_log, resolve_sample_attachments
 
-from lemon.evaluation.store import ResultsStore
+from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 
 from .conftest import Stored, assert_one_line_error, lemon
 
@@ -29,7 +29,7 @@ def test_inspect_log_reads_back_with_the_store_scores(stored: Stored, tmp_path: 
         assert s.scores is not None and s.scores["correct"].value == (1.0 if row.correct else 0.0)
         assert s.scores["correct"].answer == row.prediction and s.target == row.gold
         assert sum(u.total_tokens for u in s.model_usage.values()) == row.total_tokens
-        assert set(s.model_usage) == {"lemon/small"} and stored.questions[row.item_id] in str(s.input)
+        assert set(s.model_usage) == {"scripted-bad"} and stored.questions[row.item_id] in str(s.input)
     assert log.results is not None
     accuracy = log.results.scores[0].metrics["accuracy"].value
     assert accuracy == pytest.approx(sum(r.correct for r in rows.values()) / len(rows)) == 0.5
@@ -104,3 +104,62 @@ def test_inspect_log_of_a_vote_holds_its_tally(tmp_path: Path) -> None:
     (tally,) = [e for e in sample.events if e.event == "info" and e.source == "vote"]
     assert tally.data["tally"] == [{"answer": "5", "voters": ["v0", "v2"]}, {"answer": "6", "voters": ["v1"]}]
     assert [e.role for e in sample.events if e.event == "model"] == ["v0", "v1", "v2"]
+
+
+def _scored_and_not(tmp_path: Path) -> tuple[ResultsStore, RunInfo]:
+    """A run of two scored items (one right, one wrong) and one without a gold answer."""
+    db = ResultsStore(tmp_path / "r.sqlite")
+    run = db.ensure_run("r1", benchmark="gsm8k", split="test", method="cot", pool="tiny", level="medium",
+                        seeds=1, n_items=3, config={})
+    tokens = {"solver": {"prompt": 30, "completion": 12, "capacity": "medium", "model": "embedded:qwen2.5-0.5b"},
+              "checker": {"prompt": 20, "completion": 5, "capacity": "large", "model": "openai:gpt-4o-mini"},
+              "vote": {"prompt": 0, "completion": 0, "capacity": "medium", "model": "vote"}}
+    for item_id, prediction, gold in (("right", "4", "4"), ("wrong", "5", "4"), ("no-gold", "7", None)):
+        db.put("r1", ItemRow(item_id=item_id, seed=0, prediction=prediction, gold=gold, correct=prediction == gold,
+                             tokens=tokens, total_tokens=67, latency_s=0.5, trace_id=None, status="ok"))
+    return db, run
+
+
+def test_a_run_without_a_gold_answer_is_unscored_in_inspect(tmp_path: Path) -> None:
+    """No score for an item without a gold answer: Inspect counts it unscored, and the accuracy is over the
+    scored items only (1 of 2, not 1 of 3)."""
+    from lemon.inspection.export_inspect import write_inspect_log
+
+    db, run = _scored_and_not(tmp_path)
+    with db:
+        write_inspect_log(db, run, tmp_path / "run.eval")
+    log = read_eval_log(str(tmp_path / "run.eval"))
+    samples = {str(s.id): s for s in log.samples or []}
+    assert samples["no-gold"].scores is None
+    assert samples["right"].scores["correct"].value == 1.0 and samples["wrong"].scores["correct"].value == 0.0
+    assert log.results is not None
+    (score,) = log.results.scores
+    assert score.scored_samples == 2 and score.unscored_samples == 1
+    assert score.metrics["accuracy"].value == 0.5
+
+
+def test_a_trace_without_a_gold_answer_has_no_score(tmp_path: Path) -> None:
+    from lemon.inspection.export_inspect import write_inspect_log
+    from lemon.inspection.tracefile import trace_store
+
+    from .test_honest_items import _run, _team, _voters
+
+    db, run = trace_store(_run(_voters(["The answer is 5."] * 3), _team(3), tmp_path))
+    with db:
+        write_inspect_log(db, run, tmp_path / "one.json")
+    log = read_eval_log(str(tmp_path / "one.json"))
+    (sample,) = log.samples or []
+    assert sample.scores is None and log.results is not None and log.results.scores == []
+
+
+def test_model_usage_is_keyed_by_the_model(tmp_path: Path) -> None:
+    """As Inspect keys it: by the model that spent the tokens (a vote calls none), not by the capacity level."""
+    from lemon.inspection.export_inspect import inspect_log
+
+    db, run = _scored_and_not(tmp_path)
+    with db:
+        log = inspect_log(db, run)
+    usage = log.stats.model_usage
+    assert set(usage) == {"embedded:qwen2.5-0.5b", "openai:gpt-4o-mini"}
+    assert usage["embedded:qwen2.5-0.5b"].input_tokens == 3 * 30 and usage["openai:gpt-4o-mini"].total_tokens == 75
+    assert all(set(s.model_usage) == set(usage) for s in log.samples or [])

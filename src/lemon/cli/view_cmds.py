@@ -426,8 +426,8 @@ RunOrTraceArg = Annotated[str, typer.Argument(help="Run id (or a unique prefix) 
 def export_otel_cmd(
     run_id: RunOrTraceArg,
     endpoint: Annotated[str | None, typer.Option(help="OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318/v1/traces or "
-                                                      "Langfuse's https://cloud.langfuse.com/api/public/otel "
-                                                      "(nothing is sent anywhere else).")] = None,
+                                                      "Langfuse's https://cloud.langfuse.com/api/public/otel/v1/"
+                                                      "traces (nothing is sent anywhere else).")] = None,
     header: Annotated[list[str] | None, typer.Option(help="NAME=VALUE sent with each request (repeatable), e.g. "
                                                           "'Authorization=Basic <base64 of pk:sk>' for Langfuse; "
                                                           "OTEL_EXPORTER_OTLP_HEADERS is read too.")] = None,

@@ -2,11 +2,13 @@
 
 So `inspect view` opens LEMON runs next to a lab's other evaluations: one sample per (item, seed) (epoch =
 seed + 1), the task text as input, the gold answer as target, the output agent's text as output, a `correct`
-score (1/0, with the extracted prediction as the answer), and model usage per capacity level (`lemon/<level>`)
-for each sample and for the whole run. Each sample's transcript holds the agents as events: a span per agent
-(type `agent`, in the order they ran) holding its model call (a ModelEvent with the exact messages it was sent
-and its output, `cache="read"` when a cache answered it) or, for a vote, its tally; the orchestrator's spec and
-any stop rule's decision are info events. inspect_ai is imported here only, so the rest of LEMON never needs it.
+score (1/0, with the extracted prediction as the answer) where there is a gold answer and no score where there
+is none (a `lemon run` is unscored, not wrong: Inspect counts it in `unscored_samples` and leaves it out of the
+accuracy), and model usage per model id (as Inspect keys it) for each sample and for the whole run. Each
+sample's transcript holds the agents as events: a span per agent (type `agent`, in the order they ran) holding
+its model call (a ModelEvent with the exact messages it was sent and its output, `cache="read"` when a cache
+answered it) or, for a vote, its tally; the orchestrator's spec and any stop rule's decision are info events.
+inspect_ai is imported here only, so the rest of LEMON never needs it.
 """
 
 from __future__ import annotations
@@ -27,12 +29,16 @@ def _iso(ts: float) -> str:
 
 
 def _usage(rows_tokens: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tokens per model id, as Inspect keys `model_usage` (a vote calls no model: not a key); a record written
+    before agents' models were stored falls back to `lemon/<level>`."""
     from inspect_ai.model import ModelUsage
 
     acc: dict[str, list[int]] = {}
     for tokens in rows_tokens:
         for t in tokens.values():
-            u = acc.setdefault(f"lemon/{t.get('capacity', 'unknown')}", [0, 0])
+            if t.get("model") == "vote":
+                continue
+            u = acc.setdefault(str(t.get("model") or f"lemon/{t.get('capacity', 'unknown')}"), [0, 0])
             u[0] += int(t.get("prompt", 0))
             u[1] += int(t.get("completion", 0))
     return {k: ModelUsage(input_tokens=i, output_tokens=o, total_tokens=i + o) for k, (i, o) in sorted(acc.items())}
@@ -118,8 +124,9 @@ def _sample(run: RunInfo, row: ItemRow, trace: dict[str, Any] | None) -> Any:
         id=row.item_id, epoch=row.seed + 1, input=task, target=row.gold or "",
         messages=[ChatMessageUser(content=task), ChatMessageAssistant(content=answer or f"({row.status})")],
         output=ModelOutput.from_content(model=f"lemon/{run.method}", content=answer),
-        scores={"correct": Score(value=1.0 if row.correct else 0.0, answer=row.prediction,
-                                 explanation=f"status {row.status}: {row.stop_reason or ''}".strip())},
+        scores=None if row.gold is None else {"correct": Score(
+            value=1.0 if row.correct else 0.0, answer=row.prediction,
+            explanation=f"status {row.status}: {row.stop_reason or ''}".strip())},
         metadata={"run_id": run.run_id, "seed": row.seed, "status": row.status, "stop_reason": row.stop_reason,
                   "total_tokens": row.total_tokens, "orchestrator_tokens": row.orchestrator_tokens,
                   "tokens_by_agent": json.loads(json.dumps(row.tokens, default=str))},
@@ -138,16 +145,17 @@ def inspect_log(db: ResultsStore, run: RunInfo) -> Any:
     traces = db.traces(run.run_id, [(r.item_id, r.seed) for r in rows])
     samples = [_sample(run, r, json.loads(traces[(r.item_id, r.seed)]) if (r.item_id, r.seed) in traces else None)
                for r in rows]
-    accuracy = sum(r.correct for r in rows) / len(rows)
     ids = list(dict.fromkeys(r.item_id for r in rows))
     spec = EvalSpec(created=_iso(run.created), task=f"lemon/{run.benchmark}", task_id=run.run_id,
                     run_id=run.run_id, dataset=EvalDataset(name=f"{run.benchmark}/{run.split}", samples=len(ids),
                                                            sample_ids=ids),
                     model=f"lemon/{run.method}", config=EvalConfig(epochs=max(r.seed for r in rows) + 1),
                     metadata={"pool": run.pool, "level": run.level, "config": run.config})
+    scored = [r for r in rows if r.gold is not None]
     results = EvalResults(total_samples=len(rows), completed_samples=len(rows), scores=[
-        EvalScore(name="correct", scorer="lemon", scored_samples=len(rows),
-                  metrics={"accuracy": EvalMetric(name="accuracy", value=accuracy)})])
+        EvalScore(name="correct", scorer="lemon", scored_samples=len(scored), unscored_samples=len(rows) - len(scored),
+                  metrics={"accuracy": EvalMetric(name="accuracy", value=sum(r.correct for r in scored) / len(scored))})
+    ] if scored else [])
     stats = EvalStats(started_at=_iso(min(r.created - r.latency_s for r in rows)),
                       completed_at=_iso(max(r.created for r in rows)), model_usage=_usage([r.tokens for r in rows]))
     return EvalLog(status="success", eval=spec, results=results, stats=stats, samples=samples)
