@@ -393,6 +393,8 @@ class _Run:
         programs on the task's examples); the first sure one fires the rule and the vote sees it alone; else the
         rule's criterion decides, if it has one."""
         order = agent.depends_on[:rule.max or len(agent.depends_on)]
+        if rule.controller is not None:
+            return await self._parents_by_controller(agent, rule, order)
         view, gate, sure = RunStopView(self, agent), rule.gate, None
         if gate is not None:
             if refusal := await gate[0].refusal(gate[1], view, agent.name, order):
@@ -411,6 +413,24 @@ class _Run:
                 rule.fires(view.keys(ran))
         self._record_early_stop(agent, rule, tuple(ran), fired, sure)
         return {p: self.outputs[p] for p in ([sure.sure] if sure is not None and sure.sure else ran)}
+
+    async def _parents_by_controller(self, agent: Agent, rule: StopRule, order: tuple[str, ...]) -> dict[str, str]:
+        """Parents chosen one at a time by the rule's controller (`learned`): the first in written order, then
+        whichever it asks for, until it stops or none is left; each decision goes into the rule's stop event."""
+        control, value = rule.controller  # type: ignore[misc]
+        view, ran, decisions = RunStopView(self, agent), [order[0]], []
+        while True:
+            await self._start(ran[-1])
+            try:
+                chosen, decision = await control.next_parent(value, view, agent.name, tuple(ran), order)
+            except LemonError as exc:
+                raise _Stop("error", f"the stop rule of {agent.name!r}: {exc}") from None
+            decisions.append(decision)
+            if chosen is None:
+                break
+            ran.append(chosen)
+        self._record_early_stop(agent, rule, tuple(ran), len(ran) < len(order), decisions=decisions)
+        return {p: self.outputs[p] for p in ran}
 
     async def _gate_wave(self, gate: tuple[StopCriterion, object], view: RunStopView, wave: tuple[str, ...],
                          sure: SureGate) -> bool:
@@ -451,7 +471,7 @@ class _Run:
         return self.vote_key(text) if self.vote_key else " ".join(text.split())
 
     def _record_early_stop(self, agent: Agent, rule: StopRule, ran: tuple[str, ...], fired: bool,
-                           gate: SureGate | None = None) -> None:
+                           gate: SureGate | None = None, decisions: list[dict[str, object]] | None = None) -> None:
         """The rule's decision as a `stop` event: the rule, whether it fired (or `max` was reached first), the
         parents run and skipped, the tokens it saved (estimated as the mean of the parents that ran, per skipped
         parent); with a gate, the parents' scores and the sure parent (None when none was)."""
@@ -462,6 +482,8 @@ class _Run:
                                 skipped=list(skipped), tokens_saved_estimate=saved)
         if gate is not None:
             decision["scores"], decision["sure"] = dict(gate.scores), gate.sure
+        if decisions is not None:  # a controller's: each decision's inputs, action and probability
+            decision["decisions"] = decisions
         self._emit("stop", agent.name, reason="stop_rule",
                    **{k: v for k, v in decision.items() if k != "agent"})
         self.early_stops.append(decision)

@@ -21,11 +21,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from lemon.llm.base import can_score
+from lemon.llm.base import Backend, ChatRequest, can_score
 from lemon.llm.pool import Pool
 from lemon.runtime.examples_gate import TaskExamples, sandbox_refusal, task_examples
+from lemon.runtime.trace import AgentTokens
 from lemon.spec.model import Agent, Spec
 from lemon.spec.roles import RoleLibrary
+from lemon.spec.stops.policy import Reply
 
 
 @dataclass
@@ -66,6 +68,9 @@ class _Run(Protocol):
     task: str
     spec: Spec
     outputs: Mapping[str, str]
+    logprobs: Mapping[str, float]
+    tokens: Mapping[str, AgentTokens]
+    requests: Mapping[str, tuple[Backend, ChatRequest]]
 
     @property
     def pool(self) -> Pool: ...
@@ -111,3 +116,17 @@ class RunStopView:
     async def passes_examples(self, parent: str) -> bool | None:
         examples = self.examples()
         return None if examples is None else await self.run.check_examples(parent, examples)
+
+    def is_program(self, parent: str) -> bool:
+        return self.run.roles[self.run.spec.agent(parent).role].runs_program
+
+    def reply(self, parent: str) -> Reply:
+        """What a controller sees of a parent that ran; cut: it used the whole reply limit its request had."""
+        tokens = self.run.tokens[parent]["completion"]
+        sent = self.run.requests.get(parent)
+        limit = sent[1].params.max_tokens if sent is not None else None
+        return Reply(self.is_program(parent), self.keys([parent])[0], self.run.logprobs.get(parent), tokens,
+                     limit is not None and tokens >= limit)
+
+    def task_chars(self) -> int:
+        return len(self.run.task)

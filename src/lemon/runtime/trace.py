@@ -67,6 +67,8 @@ class StopDecision(TypedDict):
     tokens_saved_estimate: int
     scores: NotRequired[dict[str, float | None]]
     sure: NotRequired[str | None]
+    # a controller's (`learned`): after which parents it decided, the action, P(leader right), the parent chosen
+    decisions: NotRequired[list[dict[str, object]]]
 
 
 #: The open JSON sections of a trace (system, topology, costs, metrics): plain JSON values by key.

@@ -85,6 +85,9 @@ class StopRule(BaseModel):
         for kind, what in (("criterion", "give exactly one of {}, not both"), ("gate", "give one gate: {}, not both")):
             if sum(1 for k in chosen if _kind(k) == kind) > 1:
                 raise ValueError(what.format(" or ".join(c.phrase for c in criteria() if c.kind == kind)))
+        if (control := self.controller) is not None and len(chosen) > 1:
+            others = ", ".join(k for k in chosen if k != control[0].key)
+            raise ValueError(f"{control[0].key} decides alone: drop {others}")
         if not chosen:
             hints = {kind: " or ".join(c.hint for c in criteria() if c.kind == kind) for kind in ("criterion", "gate")}
             raise ValueError(f"give exactly one of {hints['criterion']}, or a gate: {hints['gate']}")
@@ -130,6 +133,11 @@ class StopRule(BaseModel):
         return self._of_kind("gate")
 
     @property
+    def controller(self) -> tuple[StopCriterion, Any] | None:
+        """The rule's controller and its value (None: none; then its criterion and gate decide)."""
+        return self._of_kind("controller")
+
+    @property
     def gated(self) -> bool:
         """Whether a gate may take one parent alone (then the first wave is one parent)."""
         return self.gate is not None
@@ -138,7 +146,7 @@ class StopRule(BaseModel):
     def first_wave(self) -> int:
         """Parents started before the rule is first checked: fewer could never fire it (a gate: one parent,
         which may be taken alone)."""
-        return 1 if self.gated else self.least_parents
+        return 1 if self.gated or self.controller is not None else self.least_parents
 
     @property
     def required_agreement(self) -> int | None:

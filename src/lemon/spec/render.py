@@ -54,7 +54,8 @@ class _Writer:
 def render_stop(rule: StopRule) -> str:
     """A stop rule as a one-line YAML flow mapping, fixed key order (the gate first, as it is checked first;
     then the criterion, max, wave; each criterion writes its own part), defaults left out (fewer spec tokens)."""
-    parts = [found[0].render(found[1]) for found in (rule.gate, rule.criterion) if found is not None]
+    parts = [found[0].render(found[1]) for found in (rule.gate, rule.criterion, rule.controller)
+             if found is not None]
     if rule.max is not None:
         parts.append(f"max: {rule.max}")
     if rule.wave != 1:

@@ -43,6 +43,8 @@ def stop_variants(agent: Agent) -> list[StopRule]:
                 for m in sorted({max(limit - 2, rule.least_parents), min(limit + 2, n)} - {limit})]
     if (found := rule.gate) is not None:
         updates += [{found[0].key: v} for v in found[0].variants(found[1], limit)]
+    if (found := rule.controller) is not None:  # another packaged policy (none at all is `remove_stop`)
+        updates += [{found[0].key: v} for v in found[0].variants(found[1], limit)]
     return [v for u in updates if (v := _variant(rule, u, n)) is not None]
 
 

@@ -1,7 +1,8 @@
 """Stop criteria, registered once: one file per criterion behind `StopCriterion` (`base.py`), and this registry.
 
 - `agree` (k parents gave the same answer), `confidence` (the leading answer's posterior): criteria;
-- `logprob` (a reply the model was sure of), `examples` (a program that passes the task's examples): gates.
+- `logprob` (a reply the model was sure of), `examples` (a program that passes the task's examples): gates;
+- `learned` (a packaged policy that stops, runs the next voter or verifies after each parent): a controller.
 
 A new criterion is one file exposing `CRITERIA` plus one line in `_FILES`; one defined elsewhere (a test, a
 plug-in) enters with `register` (or `registered`, which takes it out again). Everything else asks the registry:
@@ -24,6 +25,7 @@ _FILES = (
     "confidence",
     "logprob",
     "examples",
+    "learned",
 )
 
 

@@ -2,8 +2,8 @@
 
 A rule holds at most one criterion of each `kind`: a `criterion` decides from the answers of the parents run so
 far whether the vote may stop (`agree`, `confidence`), a `gate` may take one parent alone (`logprob`,
-`examples`). Beside them the rule's modifiers (`max`, `wave`) say how many parents run, and when; they belong
-to every rule (`lemon.spec.model.StopRule`).
+`examples`), a `controller` decides alone which parent runs next, if any (`learned`). Beside them the rule's
+modifiers (`max`, `wave`) say how many parents run, and when; they belong to every rule (`lemon.spec.model.StopRule`).
 
 A criterion owns its value's validation (`value_type`, and `problem` for what depends on the rest of the rule),
 its text (`render`: its part of the canonical one-line rule, hence its span), what it needs of the parents
@@ -23,7 +23,9 @@ from typing import Any, Literal, Protocol
 
 from pydantic import TypeAdapter
 
-Kind = Literal["criterion", "gate"]
+from lemon.spec.stops.policy import Reply
+
+Kind = Literal["criterion", "gate", "controller"]
 
 
 class StopView(Protocol):
@@ -47,6 +49,18 @@ class StopView(Protocol):
 
     async def passes_examples(self, parent: str) -> bool | None:
         """Whether a parent's program passes the examples the task shows (None: the task shows none)."""
+        ...
+
+    def is_program(self, parent: str) -> bool:
+        """Whether a parent is a program voter (its answer is computed by running its code)."""
+        ...
+
+    def reply(self, parent: str) -> Reply:
+        """A parent that ran, as a controller sees it (answer, log-probability, length, cut at the limit)."""
+        ...
+
+    def task_chars(self) -> int:
+        """The task's length in characters."""
         ...
 
 
@@ -105,4 +119,10 @@ class StopCriterion:
 
     def threshold(self, value: Any) -> float:
         """The score at which a gate takes a parent alone."""
+        raise NotImplementedError(self.key)
+
+    async def next_parent(self, value: Any, view: StopView, voter: str, ran: Sequence[str],
+                          order: Sequence[str]) -> tuple[str | None, dict[str, object]]:
+        """A controller's choice after the parents in `ran` returned: the next of `order` to run (None: stop),
+        and the decision as the trace records it."""
         raise NotImplementedError(self.key)

@@ -1,0 +1,208 @@
+"""Learn the stop rule of the issue "Learn the decisions that pay on this pool" from the sample bank, and say how it
+does against the fixed stop rules on items it was not fit on.
+
+1. Draws: for every (item, seed) the bank holds on each split named, the 5 prose voters (sc-cot) and, on number
+   benchmarks, the 5 program voters (sc-pot) are replayed through the real Executor on an OFFLINE pool (no model
+   call; a draw the bank lacks is an error) and kept as `ItemDraws`: each voter's answer (the benchmark's own
+   extractor), whether it is right (its grader), its reply's log-probability (read from the generation, or the
+   banked teacher-forced score of an older draw; None where the bank has neither), its tokens, and whether it
+   was cut at the reply limit. Kept in --draws (JSON lines), so a second run reads them back.
+2. Fit: `lemon.train.stop_learning.learn_policy` (P(leader right | moment), then two thresholds for --price).
+3. Report: 5-fold cross-validation by item over the training draws: the learned rule against esc (agree 2 of
+   5), asc (confidence 0.95), the 5-vote, and the program cross-check (a prose voter, then a program voter;
+   stop if they agree, else esc over the rest) -- accuracy and tokens, expected over --orders draw orders.
+   Then the rule fit on every training draw of each answer kind is written to --out/KIND.json (by default the
+   packaged policies: `stop: {learned: number}` reads src/lemon/spec/stops/policies/number.json).
+
+Usage: LEMON_DATA_DIR=../shared/data python experiments/learn_stop_rule.py [--store S] [--draws F]
+       [--splits gsm8k:train svamp:train ...] [--price 0.05] [--orders 8] [--out DIR] [--collect-only]
+Rebuild the packaged policies: python experiments/learn_stop_rule.py (after experiments/runtime_bank.sh train).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from lemon.benchmarks.registry import get_benchmark, load_split
+from lemon.errors import LemonError, run_script
+from lemon.evaluation.bank import bank_keys
+from lemon.evaluation.baselines import baseline_spec
+from lemon.evaluation.item import item_seed
+from lemon.evaluation.store import ResultsStore
+from lemon.files import write_atomic
+from lemon.llm.pools import load_pool
+from lemon.paths import lemon_home
+from lemon.runtime import Executor
+from lemon.spec.model import StopRule
+from lemon.spec.roles import RoleLibrary
+from lemon.spec.stops.policy import POLICIES, Moment, Reply
+from lemon.train.stop_learning import Draw, ItemDraws, evaluate, learn_policy
+
+log = logging.getLogger("learn_stop_rule")
+TRAIN_SPLITS = ("gsm8k:train", "svamp:train", "multiarith:train", "aqua:dev", "mmlu:dev")
+
+
+async def replay_voters(executor: Executor, method: str, bench: str, item: object, run_seed: int,
+                        max_tokens: int) -> tuple[Draw, ...]:
+    """The method's 5 voters on one item, from the bank: each as a `Draw`."""
+    task = get_benchmark(bench)
+    spec = baseline_spec(method, task.kind, level="large", n=5)
+    result = await executor.run(spec, task.prompt(item), seed=run_seed,  # type: ignore[arg-type]
+                                vote_key=lambda text: task.extract(text, item))  # type: ignore[arg-type]
+    if result.status != "ok":
+        raise LemonError(f"{bench} {item.id}: {method} is not fully banked ({result.stop_reason}); "  # type: ignore
+                         "run experiments/runtime_bank.sh first")
+    returns = {e["agent"]: e for e in result.trace.events if e["type"] == "return"}
+    draws = []
+    for name in [a.name for a in spec.agents if a.name != "vote"]:
+        answer = task.extract(result.outputs[name], item)  # type: ignore[arg-type]
+        ev = returns[name]
+        reply = Reply(method == "sc-pot", answer, ev.get("logprob"), int(ev["completion_tokens"]),
+                      int(ev["completion_tokens"]) >= max_tokens)
+        draws.append(Draw(reply, answer is not None and bool(task.check(answer, item)),  # type: ignore[arg-type]
+                          int(ev["prompt_tokens"]) + int(ev["completion_tokens"])))
+    return tuple(draws)
+
+
+async def collect(store: ResultsStore, splits: list[str], known: dict[str, ItemDraws]) -> list[ItemDraws]:
+    """Every banked (item, seed) of `splits` as ItemDraws (those in `known` are not replayed again)."""
+    pool, roles = load_pool("cpu", offline=True), RoleLibrary.load()
+    out = []
+    for bench_split in splits:
+        bench, split = bench_split.split(":")
+        task = get_benchmark(bench)
+        keys, config = bank_keys(store, bench, "large", None, split)
+        limit = config.get("max_tokens")  # None: the pool's default, as the bank run drew them
+        params = pool.params(temperature=float(config["temperature"]),  # type: ignore[arg-type]
+                             max_tokens=None if limit is None else int(limit))  # type: ignore[call-overload]
+        executor, max_tokens = Executor(pool, roles, params=params), params.max_tokens
+        items = {str(i.id): i for i in load_split(bench, split)}
+        for item_id, seed in sorted(keys):
+            key = f"{item_id}@{seed}"
+            if key in known:
+                out.append(known[key])
+                continue
+            run_seed = item_seed(bench, items[item_id].id, seed)
+            try:
+                prose = await replay_voters(executor, "sc-cot", bench, items[item_id], run_seed, max_tokens)
+                programs = await replay_voters(executor, "sc-pot", bench, items[item_id], run_seed, max_tokens) \
+                    if task.kind == "number" else ()
+            except LemonError as exc:  # not banked yet (the bank grows in the background): left for next time
+                log.info("skipped %s: %s", key, exc)
+                continue
+            out.append(ItemDraws(key, task.kind, len(task.prompt(items[item_id])), prose, programs))
+    return out
+
+
+def draws_to_json(d: ItemDraws) -> str:
+    def one(x: Draw) -> list[object]:
+        r = x.reply
+        return [r.program, r.answer, r.logprob, r.tokens, r.cut, x.right, x.tokens]
+    return json.dumps({"key": d.key, "kind": d.task_kind, "chars": d.task_chars,
+                       "prose": [one(x) for x in d.prose], "programs": [one(x) for x in d.programs]})
+
+
+def draws_from_json(line: str) -> ItemDraws:
+    data = json.loads(line)
+
+    def one(v: list) -> Draw:  # type: ignore[type-arg]
+        return Draw(Reply(bool(v[0]), v[1], v[2], int(v[3]), bool(v[4])), bool(v[5]), int(v[6]))
+    return ItemDraws(data["key"], data["kind"], int(data["chars"]), tuple(one(v) for v in data["prose"]),
+                     tuple(one(v) for v in data["programs"]))
+
+
+def fixed_rules() -> dict[str, object]:
+    """The fixed stop rules, restated over moments for the cross-validated comparison on training items."""
+    def esc(m: Moment) -> str:
+        top = max(Counter(r.answer for r in m.replies if r.answer).values(), default=0)
+        return "stop" if top >= 2 or not m.prose_left else "prose"
+
+    beta = StopRule(confidence=0.95)
+
+    def asc(m: Moment) -> str:  # Adaptive-Consistency's Beta criterion at 0.95, the runtime's own criterion
+        answers = [r.answer for r in m.replies]
+        fired = len(answers) >= 2 and beta.fires(answers)
+        return "stop" if fired or not m.prose_left else "prose"
+
+    def vote5(m: Moment) -> str:
+        return "prose" if m.prose_left else "stop"
+
+    def cross_check(m: Moment) -> str:  # a prose voter, then a program voter, then esc over prose voters
+        if len(m.replies) == 1 and m.programs_left:
+            return "verify"
+        return esc(m)
+
+    return {"5-vote": vote5, "esc (agree 2)": esc, "asc (0.95)": asc, "program cross-check": cross_check}
+
+
+def summary(name: str, outcomes: dict[str, object]) -> str:
+    values = list(outcomes.values())
+    acc = statistics.mean(o.right for o in values) * 100  # type: ignore[attr-defined]
+    tokens = statistics.mean(o.tokens for o in values)  # type: ignore[attr-defined]
+    voters = statistics.mean(o.voters for o in values)  # type: ignore[attr-defined]
+    return f"| {name} | {acc:.1f} % | {tokens:,.0f} | {voters:.2f} |"
+
+
+def cross_validate(items: list[ItemDraws], folds: int, orders: int, price: float) -> dict[str, dict[str, object]]:
+    """Per rule, each item's outcome when the learned rule was fit without the item's fold (folds by item, so
+    the seeds of one item stay together)."""
+    by_item = sorted({d.key.split("@")[0] for d in items})
+    fold_of = {item: i % folds for i, item in enumerate(by_item)}
+    results: dict[str, dict[str, object]] = {name: {} for name in [*fixed_rules(), "learned"]}
+    for f in range(folds):
+        train = [d for d in items if fold_of[d.key.split("@")[0]] != f]
+        test = [d for d in items if fold_of[d.key.split("@")[0]] == f]
+        policy = learn_policy("cv", train, orders=orders, price=price)
+        results["learned"] |= evaluate(lambda m, p=policy: p.decide(m)[0], test, orders)
+        log.info("fold %d: stop_at %.2f verify_at %.2f", f, policy.stop_at, policy.verify_at)
+    for name, rule in fixed_rules().items():
+        results[name] = evaluate(rule, items, orders)  # type: ignore[assignment]
+    return results
+
+
+def learn_kind(kind: str, items: list[ItemDraws], args: argparse.Namespace) -> None:
+    """Cross-validate, then fit on every draw of `kind` and write its packaged policy (`policies/KIND.json`)."""
+    results = cross_validate(items, args.folds, args.orders, args.price)
+    lines = [f"{kind}: cross-validated on training draws ({len(items)} pairs, {args.orders} orders, "
+             f"price {args.price}):", "| rule | accuracy | tokens | voters |", "|---|---|---|---|"]
+    lines += [summary(name, outcomes) for name, outcomes in results.items()]
+    log.info("\n".join(lines))
+    policy = learn_policy(kind, items, orders=args.orders, price=args.price)
+    out = args.out / f"{kind}.json"
+    data = policy.to_json() | {"trained_on": {"splits": args.splits, "pairs": len(items), "orders": args.orders,
+                                              "price": args.price, "folds": args.folds}}
+    write_atomic(out, json.dumps(data, indent=1) + "\n")
+    log.info("wrote %s (stop_at %.2f, verify_at %.2f)", out, policy.stop_at, policy.verify_at)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--store", type=Path, default=lemon_home() / "runtime-bank.sqlite")
+    ap.add_argument("--draws", type=Path, default=lemon_home() / "runtime-draws.jsonl")
+    ap.add_argument("--splits", nargs="+", default=list(TRAIN_SPLITS))
+    ap.add_argument("--price", type=float, default=0.05)
+    ap.add_argument("--orders", type=int, default=8)
+    ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=POLICIES, help="folder of the policies (one file per answer kind)")
+    ap.add_argument("--collect-only", action="store_true")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    known = {}
+    if args.draws.is_file():
+        known = {d.key: d for d in map(draws_from_json, args.draws.read_text().splitlines())}
+    items = asyncio.run(collect(ResultsStore(args.store), args.splits, known))
+    write_atomic(args.draws, "".join(draws_to_json(d) + "\n" for d in items))
+    log.info("%d (item, seed) pairs: %s", len(items), dict(Counter(d.key.split("/")[0] for d in items)))
+    if not args.collect_only:
+        for kind in sorted({d.task_kind for d in items}):
+            learn_kind(kind, [d for d in items if d.task_kind == kind], args)
+
+
+if __name__ == "__main__":
+    run_script(main)

@@ -1,0 +1,184 @@
+"""Learning a stop rule from the sample bank: a cost-sensitive classifier over run-time moments.
+
+Why a classifier and not RL (RL-Guided Adaptive Sampling, arXiv 2606.03102, trains its controller with policy
+gradients): the bank holds every draw of every training item (5 prose and 5 program voters per item and
+seed), so the value of stopping at any moment is known exactly (is the leading answer right?) and any policy
+can be replayed exactly over every draw order. What is left to learn is P(leader right | moment), a supervised
+problem; the decision is two thresholds on it, chosen for expected accuracy minus a token price over draw
+orders. That is a few dozen parameters fit on a few hundred items instead of a policy network's thousands, and
+each step is checkable: the calibration on held-out items, then the thresholds' reward.
+
+Shapes: a bank is a list of `ItemDraws` (one per item and seed; `prose` and `programs` hold the banked draws in
+rank order); a moment's features are `len(FEATURES)` floats; `fit_probability` takes an (n, F) matrix.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from lemon.spec.stops.policy import FEATURES, Action, Moment, Reply, StopPolicy, features
+
+
+@dataclass(frozen=True, slots=True)
+class Draw:
+    """One banked voter: its reply as the rule sees it, whether its answer is right, and its tokens (prompt and
+    completion, what the run pays)."""
+
+    reply: Reply
+    right: bool
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ItemDraws:
+    key: str  # "benchmark/split/item@seed"
+    task_kind: str  # which policy learns from it: one per answer kind
+    task_chars: int
+    prose: tuple[Draw, ...]
+    programs: tuple[Draw, ...]
+
+    def right_answers(self) -> frozenset[str]:
+        return frozenset(d.reply.answer for d in (*self.prose, *self.programs) if d.right and d.reply.answer)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    right: float  # share of the draw orders whose final answer is right
+    tokens: float  # mean tokens over the orders
+    voters: float  # mean voters run
+
+
+Orders = list[tuple[tuple[int, ...], tuple[int, ...]]]
+
+
+def draw_orders(item: ItemDraws, n: int, seed: int = 0) -> Orders:
+    """`n` orders of the item's banked draws (prose and program permuted independently), the first the rank
+    order; the same for every policy compared on the item."""
+    rng = random.Random(f"{seed}:{item.key}")
+    orders = [(tuple(range(len(item.prose))), tuple(range(len(item.programs))))]
+    while len(orders) < n:
+        p, q = list(range(len(item.prose))), list(range(len(item.programs)))
+        rng.shuffle(p)
+        rng.shuffle(q)
+        orders.append((tuple(p), tuple(q)))
+    return orders
+
+
+def moment(item: ItemDraws, ran: Sequence[Draw], prose_left: int, programs_left: int) -> Moment:
+    return Moment(tuple(d.reply for d in ran), prose_left, programs_left, item.task_chars)
+
+
+def play(decide: object, item: ItemDraws, order: tuple[tuple[int, ...], tuple[int, ...]]) -> tuple[bool, int, int]:
+    """One run of a rule over one order of the draws: (right, tokens, voters). `decide(moment) -> action`; the
+    first prose voter always runs (there is nothing to decide on before it)."""
+    prose = [item.prose[i] for i in order[0]]
+    programs = [item.programs[i] for i in order[1]]
+    ran = [prose.pop(0)]
+    while True:
+        m = moment(item, ran, len(prose), len(programs))
+        action: Action = decide(m)  # type: ignore[operator]
+        if action == "stop" or not (prose or programs):
+            break
+        ran.append(programs.pop(0) if (action == "verify" and programs) or not prose else prose.pop(0))
+    leader = moment(item, ran, 0, 0).leader()
+    return leader is not None and leader in item.right_answers(), sum(d.tokens for d in ran), len(ran)
+
+
+def evaluate(decide: object, items: Sequence[ItemDraws], orders: int) -> dict[str, Outcome]:
+    """Each item's outcome under `decide`, averaged over `orders` draw orders."""
+    out = {}
+    for item in items:
+        runs = [play(decide, item, o) for o in draw_orders(item, orders)]
+        out[item.key] = Outcome(*(float(np.mean([r[i] for r in runs])) for i in range(3)))
+    return out
+
+
+def training_moments(items: Sequence[ItemDraws], orders: int, paths: int = 4,
+                     seed: int = 0) -> Iterator[tuple[list[float], bool, float]]:
+    """(features, leader right, weight) for every moment along `paths` random interleavings of prose and
+    program voters in each of `orders` draw orders; each item weighs 1 in all (so long items don't dominate)."""
+    rng = random.Random(seed)
+    for item in items:
+        rows: list[tuple[list[float], bool]] = []
+        right = item.right_answers()
+        for order in draw_orders(item, orders):
+            for _ in range(paths):
+                prose = [item.prose[i] for i in order[0]]
+                programs = [item.programs[i] for i in order[1]]
+                ran = [prose.pop(0)]
+                while True:
+                    m = moment(item, ran, len(prose), len(programs))
+                    rows.append((features(m), m.leader() in right))
+                    if not (prose or programs):
+                        break
+                    use_program = bool(programs) and (not prose or rng.random() < 0.5)
+                    ran.append(programs.pop(0) if use_program else prose.pop(0))
+        for x, y in rows:
+            yield x, y, 1.0 / len(rows)
+
+
+def fit_probability(x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 1e-3,
+                    steps: int = 50) -> np.ndarray:
+    """Weighted L2-regularised logistic regression by Newton's method: x (n, F), y (n,) in {0, 1}, w (n,)
+    summing to the number of items; returns the F weights. The bias (column 0) is not penalised."""
+    beta = np.zeros(x.shape[1])
+    penalty = np.full(x.shape[1], l2 * w.sum())
+    penalty[0] = 0.0
+    for _ in range(steps):
+        p = 1.0 / (1.0 + np.exp(-np.clip(x @ beta, -50, 50)))
+        grad = x.T @ (w * (p - y)) + penalty * beta
+        hess = (x * (w * p * (1 - p))[:, None]).T @ x + np.diag(penalty) + 1e-9 * np.eye(x.shape[1])
+        step = np.linalg.solve(hess, grad)
+        beta -= step
+        if float(np.abs(step).max()) < 1e-8:
+            break
+    return beta
+
+
+def learn_weights(items: Sequence[ItemDraws], orders: int, l2: float = 1e-3) -> tuple[float, ...]:
+    rows = list(training_moments(items, orders))
+    x = np.array([r[0] for r in rows], dtype=np.float64)
+    y = np.array([float(r[1]) for r in rows])
+    w = np.array([r[2] for r in rows])
+    assert x.shape[1] == len(FEATURES)
+    return tuple(float(b) for b in fit_probability(x, y, w, l2))
+
+
+def reward(outcomes: dict[str, Outcome], price: float) -> float:
+    """Mean accuracy minus `price` per 1,000 tokens."""
+    values = list(outcomes.values())
+    return float(np.mean([o.right for o in values]) - price * np.mean([o.tokens for o in values]) / 1000)
+
+
+def choose_thresholds(name: str, weights: tuple[float, ...], items: Sequence[ItemDraws], orders: int,
+                      price: float) -> StopPolicy:
+    """The (stop_at, verify_at) of the best expected reward on `items`, over a grid; never verifying is one
+    of the choices (verify_at = stop_at)."""
+    best: tuple[float, StopPolicy] | None = None
+    known: dict[Moment, float] = {}  # P(leader right) of each moment met: the weights are fixed over the grid
+    scorer = StopPolicy(name, weights, 1.0, 1.0)
+
+    def probability(m: Moment) -> float:
+        if m not in known:
+            known[m] = scorer.probability(m)
+        return known[m]
+
+    for stop_at in np.round(np.arange(0.50, 0.991, 0.02), 2):
+        for verify_at in sorted({*np.round(np.arange(0.0, stop_at, 0.1), 2), stop_at}):
+            policy = StopPolicy(name, weights, float(stop_at), float(verify_at))
+            value = reward(evaluate(lambda m, p=policy: p.action(probability(m), m), items, orders), price)
+            if best is None or value > best[0] + 1e-12:
+                best = (value, policy)
+    assert best is not None
+    return best[1]
+
+
+def learn_policy(name: str, items: Sequence[ItemDraws], *, orders: int = 8, price: float = 0.05,
+                 l2: float = 1e-3) -> StopPolicy:
+    """Fit P(leader right | moment) on `items`, then the thresholds for `price` (accuracy points per 1,000
+    tokens: 0.05 trades 5 points for 1,000 tokens)."""
+    return choose_thresholds(name, learn_weights(items, orders, l2), items, orders, price)

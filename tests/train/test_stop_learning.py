@@ -1,0 +1,92 @@
+"""The learned stop rule's learner (`lemon.train.stop_learning`) and its decision (`lemon.runtime.learned_stop`).
+
+A synthetic bank stands in for the sample bank here (a test double of the data, not of the code): each item's
+first prose voter is right exactly when its reply's log-probability per token is high, and later voters are
+right half the time. A learner that learns must find that signal, stop early on sure first replies and keep
+voting on unsure ones; with training switched off (all weights zero) no threshold can tell the two apart."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from lemon.errors import ConfigError
+from lemon.spec.stops.policy import FEATURES, Moment, Reply, StopPolicy, load_policy, policy_from_json
+from lemon.train.stop_learning import Draw, ItemDraws, choose_thresholds, evaluate, learn_policy, reward
+
+
+def _bank(n: int, seed: int) -> list[ItemDraws]:
+    rng = random.Random(seed)
+    items = []
+    for i in range(n):
+        sure = rng.random() < 0.5
+        first = Draw(Reply(False, "7" if sure else str(rng.randint(10, 99)), -5.0 if sure else -90.0, 100, False),
+                     sure, 300)
+        rest = tuple(Draw(Reply(False, "7" if rng.random() < 0.6 else str(rng.randint(10, 99)), -60.0, 100, False),
+                          False, 300) for _ in range(4))
+        # "7" is the right answer of every item: a later voter saying 7 is right too
+        rest = tuple(Draw(d.reply, d.reply.answer == "7", d.tokens) for d in rest)
+        items.append(ItemDraws(f"syn/{i}@0", "number", 200, (first, *rest), ()))
+    return items
+
+
+def test_learning_finds_the_signal_and_fails_when_switched_off() -> None:
+    train, test = _bank(80, 0), _bank(80, 1)
+    learned = learn_policy("t", train, orders=1, price=0.05)
+    untrained = choose_thresholds("t", tuple(0.0 for _ in FEATURES), train, 1, 0.05)  # training off
+    got, off = (evaluate(lambda m, p=p: p.decide(m)[0], test, 1) for p in (learned, untrained))
+    assert reward(got, 0.05) > reward(off, 0.05) + 0.02
+    # on held-out items: no less accurate, at well under the tokens (untrained, no threshold separates the
+    # sure first replies from the unsure ones, so the best it can do is vote every time)
+    accuracy = [sum(o.right for o in x.values()) / len(x) for x in (got, off)]
+    tokens = [sum(o.tokens for o in x.values()) / len(x) for x in (got, off)]
+    assert accuracy[0] >= accuracy[1] - 0.01 and tokens[0] < 0.6 * tokens[1]
+    # and it does so by stopping on a sure first reply and voting on an unsure one
+    sure = Moment((Reply(False, "7", -5.0, 100, False),), 4, 0, 200)
+    unsure = Moment((Reply(False, "42", -90.0, 100, False),), 4, 0, 200)
+    assert learned.decide(sure)[0] == "stop" and learned.decide(unsure)[0] == "prose"
+
+
+def test_decisions_are_exactly_reproducible_from_the_file(tmp_path) -> None:
+    policy = learn_policy("t", _bank(40, 2), orders=2, price=0.05)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(policy.to_json()))
+    again = load_policy(path)
+    moments = [Moment(tuple(d.reply for d in item.prose[:k]), 5 - k, 0, 200)
+               for item in _bank(20, 3) for k in range(1, 5)]
+    assert all(abs(again.probability(m) - policy.probability(m)) < 1e-5 for m in moments)
+    assert [again.decide(m)[0] for m in moments] == [policy.decide(m)[0] for m in moments]
+
+
+def test_verify_runs_a_program_when_unsure_and_programs_are_left() -> None:
+    policy = StopPolicy("t", tuple(0.0 for _ in FEATURES), stop_at=0.9, verify_at=0.4)  # p = 0.5 everywhere
+    m = Moment((Reply(False, "3", None, 50, False),), 4, 5, 100)
+    assert policy.decide(m)[0] == "verify"
+    assert policy.decide(Moment(m.replies, 4, 0, 100))[0] == "prose"
+    assert policy.decide(Moment(m.replies, 0, 0, 100))[0] == "stop"
+
+
+@pytest.mark.parametrize(("change", "fault"), [
+    ({"format": "x"}, "not a LEMON stop policy"),
+    ({"features": ["bias"]}, "features are not this version's"),
+    ({"weights": [1.0]}, "weights must be"),
+    ({"weights": ["NaN"] * len(FEATURES)}, "weights must be"),
+    ({"weights": [1e308] * len(FEATURES)}, "weights must be"),
+    ({"stop_at": 0.3, "verify_at": 0.5}, "verify_at <= stop_at"),
+    ({"stop_at": True}, "stop_at and verify_at"),
+    ({"name": ""}, "name must be"),
+])
+def test_a_hostile_policy_file_is_one_line(tmp_path, change: dict, fault: str) -> None:
+    data = StopPolicy("t", tuple(0.0 for _ in FEATURES), 0.9, 0.5).to_json() | change
+    with pytest.raises(ConfigError) as err:
+        policy_from_json(data, "p.json")
+    assert fault in str(err.value) and "\n" not in str(err.value)
+    big = tmp_path / "big.json"
+    big.write_text(" " * 100_000)
+    with pytest.raises(ConfigError, match="larger than"):
+        load_policy(big)
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(ConfigError, match="not JSON"):
+        load_policy(tmp_path / "bad.json")
