@@ -29,6 +29,7 @@ from lemon.cli.options import (
     ModelOpt,
     NoCacheOpt,
     PoolOpt,
+    SeedsOpt,
     ServeWorkersOpt,
     StoreOpt,
     TemperatureOpt,
@@ -63,8 +64,7 @@ def eval_cmd(
     method: Annotated[str, typer.Option("--method", "-m", help=_METHOD_HELP)],
     split: Annotated[str | None, typer.Option(help="Split (default: the evaluation split).")] = None,
     limit: LimitOpt = None,
-    seeds: Annotated[int, typer.Option(help="Seeds 0..K-1 (from --seed S: S..S+K-1); each is a sampled "
-                                            "replicate.")] = 1,
+    seeds: SeedsOpt = 1,
     seed: Annotated[int | None, opt("seed", help="Only replicate S (with --seeds K: S..S+K-1), e.g. to add seed 3 "
                                                   "to a run of seeds 0..2.")] = None,
     pool: PoolOpt = DEFAULT_POOL,
