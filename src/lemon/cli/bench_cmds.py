@@ -251,19 +251,17 @@ def report_cmd(
     """Tables of accuracy (mean ± std over seeds) and tokens per benchmark, paired tests, and a plot."""
     from lemon.cli.options import output_file
     from lemon.evaluation.report import build_report
-    from lemon.evaluation.store import ResultsStore, default_store_path
+    from lemon.evaluation.store import default_store_path, open_existing_store
 
     console = consoles().out
     path = store or default_store_path()
-    if not path.exists():
-        raise LemonError(f"no results store at {path}; run `lemon eval` first or pass --store")
     pairs = [_compare_pair(value) for value in compare or ()]
     markdown = output_file(out, file, "results.md")
     if plot is None and out is not None and markdown is not None and markdown.parent == out:
         plot = out / "accuracy-vs-tokens.png"
     # grading every agent's reply runs code replies in the sandbox: a minute or more on HumanEval
     grading = consoles().err.status("grading every agent's reply...") if replies else contextlib.nullcontext()
-    with ResultsStore(path) as db, grading:
+    with open_existing_store(path) as db, grading:  # read-only: a report writes nothing into the store
         report = build_report(db, out=markdown, plot=plot, compare=pairs, replies=replies, data_dir=data_dir)
     # The markdown as written, not rendered: a rendered table shrinks its columns to the terminal and cut the run
     # ids that the other commands take.
