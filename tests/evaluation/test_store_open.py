@@ -145,6 +145,7 @@ BAD_ROWS = {
     "tokens": ("UPDATE items SET total_tokens = 'many'", "the items row"),
     "tokens_json": ("UPDATE items SET tokens_json = '[1, 2]'", "the items row"),
     "trace": ("UPDATE traces SET trace_json = '{\"events\": '", "the traces row"),
+    "trace_shape": ("UPDATE traces SET trace_json = '{\"events\": 5, \"topology\": 3}'", "the traces row"),
 }
 
 
@@ -158,7 +159,7 @@ def _run_and_item(store: Path) -> tuple[str, str]:
 @pytest.mark.parametrize(("bad", "command"), [
     ("config", "runs"), ("config", "report"), ("config", "eval"), ("config", "trace"),
     ("tokens", "report"), ("tokens", "export"), ("tokens", "eval"), ("tokens_json", "view"),
-    ("trace", "trace"), ("trace", "view"),
+    ("trace", "trace"), ("trace", "view"), ("trace_shape", "trace"),
 ])
 def test_a_malformed_row_is_one_line_naming_its_table(bad: str, command: str, store: Path,
                                                       evaluated: tuple[Path, Path], data_dir: Path, tmp_path: Path,

@@ -424,7 +424,7 @@ class ResultsStore:
         found = self._exec("SELECT trace_json FROM traces WHERE run_id = ? AND item_id = ? AND seed = ?",
                                  (run_id, item_id, seed)).fetchone()
         key = (run_id, item_id, seed)
-        return self._decoded("traces", key, lambda: _object(found["trace_json"], "trace_json")) if found else None
+        return self._decoded("traces", key, lambda: _trace(found["trace_json"])) if found else None
 
     def delete_errors(self, run_id: str) -> int:
         """Drop rows whose status is `error` so they are computed again (after fixing a backend)."""
@@ -697,6 +697,26 @@ def _object(text: object, column: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise TypeError(f"{column} holds a JSON {type(value).__name__}, not an object")
     return value
+
+
+# A trace's top-level fields and the JSON type each must have where present (`runtime.trace.Trace.to_json`): what
+# every reader of a stored trace walks without checking (`lemon trace` of a trace whose events were a number was a
+# TypeError traceback).
+_TRACE_FIELDS: dict[str, type] = {"events": list, "edges": list, "system": dict, "topology": dict, "costs": dict,
+                                  "metrics": dict, "contents": dict, "prompts": dict, "rewards": dict, "task": str,
+                                  "task_id": str, "trace_id": str}
+
+
+def _trace(text: object) -> dict[str, Any]:
+    """A stored trace: a JSON object whose top-level fields have their types (the events and edges objects)."""
+    trace = _object(text, "trace_json")
+    for name, kind in _TRACE_FIELDS.items():
+        value = trace.get(name)
+        if value is not None and (not isinstance(value, kind)
+                                  or (kind is list and not all(isinstance(x, dict) for x in value))):
+            raise TypeError(f"trace_json: its {name} is {value!r:.40}, not a JSON {kind.__name__}"
+                            + (" of objects" if kind is list else ""))
+    return trace
 
 
 def _tokens(text: object) -> dict[str, AgentTokens]:
