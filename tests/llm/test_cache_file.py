@@ -76,7 +76,7 @@ HEADER = '{"format": "lemon-llm-cache/1", "completions": 1, "scores": 0}\n'
 
 
 @pytest.mark.parametrize(("content", "expected"), [
-    (None, "no cache export at"),
+    (None, "does not exist; check the path"),
     (b"plain text", "is not a cache export"),
     ('{"format": "other"}\n', "line 1 is not a lemon-llm-cache/1 header"),
     (HEADER + '{"completion": ["k", "m", "t", 1, 2]}\n', "line 2: a completion must be"),
@@ -122,4 +122,4 @@ def test_the_cli_exports_and_imports_between_two_homes(tmp_path: Path) -> None:
     assert SQLiteCache(second / "llm-cache.sqlite").get(_key(1)) == ("a sample", 10, 20)
     again = lemon("cache", "import", str(file), home=second)
     assert "imported 0 completions and 0 scores" in again.stdout and "(2 already there)" in again.stdout
-    assert_clean_error(lemon("cache", "import", str(tmp_path / "missing.gz"), home=second), "no cache export at")
+    assert_clean_error(lemon("cache", "import", str(tmp_path / "missing.gz"), home=second), "does not exist")

@@ -29,6 +29,7 @@ from lemon.cli.options import (
     ModelOpt,
     NoCacheOpt,
     PoolOpt,
+    SeedsOpt,
     ServeWorkersOpt,
     StoreOpt,
     TemperatureOpt,
@@ -63,8 +64,7 @@ def eval_cmd(
     method: Annotated[str, typer.Option("--method", "-m", help=_METHOD_HELP)],
     split: Annotated[str | None, typer.Option(help="Split (default: the evaluation split).")] = None,
     limit: LimitOpt = None,
-    seeds: Annotated[int, typer.Option(help="Seeds 0..K-1 (from --seed S: S..S+K-1); each is a sampled "
-                                            "replicate.")] = 1,
+    seeds: SeedsOpt = 1,
     seed: Annotated[int | None, opt("seed", help="Only replicate S (with --seeds K: S..S+K-1), e.g. to add seed 3 "
                                                   "to a run of seeds 0..2.")] = None,
     pool: PoolOpt = DEFAULT_POOL,
@@ -251,19 +251,17 @@ def report_cmd(
     """Tables of accuracy (mean ± std over seeds) and tokens per benchmark, paired tests, and a plot."""
     from lemon.cli.options import output_file
     from lemon.evaluation.report import build_report
-    from lemon.evaluation.store import ResultsStore, default_store_path
+    from lemon.evaluation.store import default_store_path, open_existing_store
 
     console = consoles().out
     path = store or default_store_path()
-    if not path.exists():
-        raise LemonError(f"no results store at {path}; run `lemon eval` first or pass --store")
     pairs = [_compare_pair(value) for value in compare or ()]
     markdown = output_file(out, file, "results.md")
     if plot is None and out is not None and markdown is not None and markdown.parent == out:
         plot = out / "accuracy-vs-tokens.png"
     # grading every agent's reply runs code replies in the sandbox: a minute or more on HumanEval
     grading = consoles().err.status("grading every agent's reply...") if replies else contextlib.nullcontext()
-    with ResultsStore(path) as db, grading:
+    with open_existing_store(path) as db, grading:  # read-only: a report writes nothing into the store
         report = build_report(db, out=markdown, plot=plot, compare=pairs, replies=replies, data_dir=data_dir)
     # The markdown as written, not rendered: a rendered table shrinks its columns to the terminal and cut the run
     # ids that the other commands take.

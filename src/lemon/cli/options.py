@@ -16,7 +16,7 @@ import functools
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any, NamedTuple
@@ -26,6 +26,7 @@ from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 
 from lemon.errors import LemonError
+from lemon.seeds import MAX_SEED, MAX_SEEDS
 
 DEFAULT_POOL = "cpu"
 # One worker generation limit for run, exec, eval and explain. The `tiny` pool's own default (128) cut
@@ -50,6 +51,7 @@ SHARED: dict[str, Shared] = {
     "threads": Shared("--threads", "CPU threads: torch's, and each embedded worker model's (a pool level's "
                                    "n_threads wins)."),
     "seed": Shared("--seed", "Seed for sampled calls."),
+    "seeds": Shared("--seeds", "Seeds 0..K-1 (from --seed S: S..S+K-1); each is a sampled replicate."),
     "max_tokens": Shared("--max-tokens", f"Max new tokens per worker (agent) call; default {DEFAULT_MAX_TOKENS} "
                                          "for every pool."),
     "policy_max_tokens": Shared("--policy-max-tokens", "Max new tokens of the policy writing one spec."),
@@ -80,6 +82,7 @@ TAKES: dict[str, frozenset[str]] = {
     "data_dir": frozenset({"eval", "explain", "train", "sft", "report"}),
     "threads": _RUNNERS | {"explain", "train", "sft", "serve"},
     "seed": _RUNNERS | {"explain", "trace", "view", "train", "sft"},
+    "seeds": frozenset({"eval"}),
     "max_tokens": _RUNNERS | {"explain"},
     "policy_max_tokens": frozenset({"train", "sft"}),
     "temperature": _RUNNERS,
@@ -91,6 +94,13 @@ TAKES: dict[str, frozenset[str]] = {
     "base_url": _RUNNERS,
     "api_key_env": _RUNNERS,
     "serve_workers": frozenset({"eval", "train", "sft"}),
+}
+
+# Shared option -> the inclusive range of its values, checked as the command line is parsed (before any work):
+# an unbounded value took all memory (`--seeds 1000000000`) or overflowed (`--seed 10**23`).
+BOUNDS: dict[str, tuple[int, int]] = {
+    "seed": (0, MAX_SEED),
+    "seeds": (1, MAX_SEEDS),
 }
 
 # Old spelling -> the one spelling (accepted, hidden from help, with a one-line notice).
@@ -112,9 +122,24 @@ INTERRUPTED: dict[str, str] = {
 
 
 def opt(name: str, *, help: str | None = None, **kwargs: Any) -> Any:
-    """The `typer.Option` of shared option `name` (one flag everywhere); `help` rewords it for a command."""
+    """The `typer.Option` of shared option `name` (one flag everywhere, its BOUNDS checked); `help` rewords it
+    for a command."""
     shared = SHARED[name]
+    if name in BOUNDS:
+        kwargs.setdefault("callback", _in_range(shared.flag, *BOUNDS[name]))
     return typer.Option(shared.flag, help=help or shared.help, **kwargs)
+
+
+def _in_range(flag: str, low: int, high: int) -> Callable[[int | None], int | None]:
+    """A parse-time check of one bounded option: a LemonError (one line, exit 2) names the allowed range; click's
+    own range error prints the usage and a framed message instead."""
+
+    def check(value: int | None) -> int | None:
+        if value is not None and not low <= value <= high:
+            raise LemonError(f"{flag} must be in {low}..{high}, got {value}")
+        return value
+
+    return check
 
 
 PoolOpt = Annotated[str, opt("pool")]
@@ -124,6 +149,7 @@ ThreadsOpt = Annotated[int, opt("threads")]
 MaybeThreadsOpt = Annotated[int | None, opt("threads")]
 ServeWorkersOpt = Annotated[bool | None, opt("serve_workers")]
 SeedOpt = Annotated[int, opt("seed")]
+SeedsOpt = Annotated[int, opt("seeds")]
 MaxTokensOpt = Annotated[int, opt("max_tokens")]
 # `eval` knows its benchmark, and a benchmark may need longer replies (AQuA): None there means "its own".
 BenchMaxTokensOpt = Annotated[int | None, opt("max_tokens", help="Max new tokens per worker (agent) call; default "

@@ -134,7 +134,7 @@ def delete_cmd(
         raise LemonError("name the runs to delete (ids or prefixes) or select them with --benchmark/--method")
     path = _store_path(store)
     out = consoles().out
-    with open_existing_store(path) as db:
+    with open_existing_store(path, writable=True) as db:
         if orphans:
             _delete_orphans(db, path, yes)
             return

@@ -304,7 +304,7 @@ def _explain_stored(target: str, item: str | None, seed: int, store: Path | None
     from lemon.inspection.itemview import resolve_item
     from lemon.llm.pools import load_pool
 
-    with open_source(target, _store_path(store)) as src:
+    with open_source(target, _store_path(store), writable=True) as src:
         db, run = src.db, _chosen_run(src, target)
         if item is None and src.trace_path is None:
             raise LemonError(f"name the item of run {run.run_id} to explain: lemon explain {target} ITEM "

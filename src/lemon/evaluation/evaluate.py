@@ -55,6 +55,7 @@ from lemon.evaluation.scale import run_with_ray
 from lemon.evaluation.store import ItemRow, ResultsStore, RunDeleted, make_run_id, new_claim_owner, run_deleted
 from lemon.evaluation.table import specs_note
 from lemon.runtime.budget import TokenLedger, check_positive_int, check_timeout
+from lemon.seeds import MAX_SEED, MAX_SEEDS
 
 log = logging.getLogger(__name__)
 
@@ -399,6 +400,9 @@ def _check_options(settings: EvalSettings, plan: EvalPlan, execution: Execution)
         raise LemonError("--seeds, --concurrency and --limit must be at least 1")
     if plan.first_seed < 0:
         raise LemonError(f"--seed must be 0 or more (a replicate's number), got {plan.first_seed}")
+    if plan.seeds > MAX_SEEDS or plan.first_seed + plan.seeds - 1 > MAX_SEED:
+        raise LemonError(f"--seed {plan.first_seed} with --seeds {plan.seeds} asks for seeds up to "
+                         f"{plan.first_seed + plan.seeds - 1}; at most {MAX_SEEDS} seeds, none above {MAX_SEED}")
     shard = execution.shard
     if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
         raise LemonError(f"--shard must be I/N with 0 <= I < N, got {shard[0]}/{shard[1]}")

@@ -17,8 +17,13 @@ Why this shape:
   skipped by the others, one whose holder died (same host: its pid is gone) or whose lease expired is taken
   over, and storing the result drops the claim. A duplicate computation (a lease outlived by a slow item) is
   harmless: the first stored row wins.
-- A file that is not SQLite, an SQLite file of another program, or a damaged store is a `StorageError`
-  naming the file and the fix, never a traceback.
+- A file that is not SQLite, an SQLite file of another program, a store of another schema version, or a
+  damaged store is a `StorageError` naming the file and the fix, never a traceback. Every opener goes through
+  `ResultsStore`, which refuses another program's file and another version's store BEFORE it writes anything
+  (`lemon eval` and `lemon report` used to write into both, and `report` switched any SQLite file it was pointed
+  at to WAL and added LEMON's tables); readers open read-only (SQLite's `mode=ro`, `open_existing_store`).
+- Rows are decoded under a guard (`_decoded`): a row of the wrong shape (JSON that does not parse, text in a
+  number column, written by another program or by hand) is one line naming its table and row, not a traceback.
 """
 
 from __future__ import annotations
@@ -31,18 +36,19 @@ import socket
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lemon.errors import LemonError, StorageError
 from lemon.files import disk_full, not_regular
 from lemon.paths import ensure_dir, lemon_home
 from lemon.runtime.trace import AgentTokens
-from lemon.sqlitefile import ensure_wal, open_with_retry
+from lemon.sqlitefile import ensure_wal, is_busy, open_with_retry
 
 SCHEMA_VERSION = 1
+_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -120,22 +126,23 @@ def run_deleted(run_id: str, path: Path) -> RunDeleted:
 
 # Counterfactual attributions (`lemon explain`), one per (run, item, seed), and the seeds each run was asked
 # for (`--seed 3` alone is one complete seed, not 4 of which 3 are missing); kept apart from _SCHEMA so the
-# tables are additive: stores written before they existed gain them on open and stay at SCHEMA_VERSION.
-_EXPLAIN_SCHEMA = """
-CREATE TABLE IF NOT EXISTS run_seeds (
+# tables are additive: stores written before they existed gain them on open (a reader: empty TEMP tables in their
+# place) and stay at SCHEMA_VERSION.
+_ADDED_TABLES = {
+    "run_seeds": """(
     run_id      TEXT NOT NULL,
     seed        INTEGER NOT NULL,
     PRIMARY KEY (run_id, seed)
-);
-CREATE TABLE IF NOT EXISTS explanations (
+)""",
+    "explanations": """(
     run_id      TEXT NOT NULL,
     item_id     TEXT NOT NULL,
     seed        INTEGER NOT NULL,
     result_json TEXT NOT NULL,         -- lemon.inspection.explain.Attribution as JSON
     created     REAL NOT NULL,
     PRIMARY KEY (run_id, item_id, seed)
-);
-"""
+)""",
+}
 
 
 def default_store_path() -> Path:
@@ -188,7 +195,9 @@ class ItemRow:
 class ResultsStore:
     """SQLite results store. One connection per instance; use it from one thread (the event loop's)."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, read_only: bool = False) -> None:
+        """Open (or, unless `read_only`, create) the store at `path`; another program's SQLite file or a store
+        of another schema version is refused before anything is written to it."""
         self.path = Path(path) if path is not None else default_store_path()
         if self.path.is_dir():
             raise StorageError(f"results store {self.path} is a folder; pass --store a file path such as "
@@ -197,22 +206,28 @@ class ResultsStore:
         if kind is not None:  # SQLite would open /dev/null and create /dev/null-journal beside it
             raise StorageError(f"results store {self.path} is {kind}, not a regular file; pass --store a file "
                                "path such as ./results.sqlite")
-        ensure_dir(self.path.parent, "the results store")
+        if not read_only:
+            ensure_dir(self.path.parent, "the results store")
         try:
-            self._db = open_with_retry(self.path, self._initialise)
+            self._db = self._open_read_only() if read_only else open_with_retry(self.path, self._initialise)
         except sqlite3.Error as exc:
             raise self._storage_error(exc) from None
 
     def _initialise(self, db: sqlite3.Connection) -> None:
-        """Journal mode, schema and version on a fresh connection; safe to repeat after a busy failure."""
+        """Journal mode, schema and version on a fresh connection; safe to repeat after a busy failure. The file's
+        version is read first, and again under the write lock (another process may be creating it)."""
         self._db = db
         db.row_factory = sqlite3.Row
+        self._refuse_other(_found_version(db), created=True)
         ensure_wal(db)
         db.execute("BEGIN IMMEDIATE")  # one creator at a time; the others wait in the busy handler
         try:
-            for statement in (_SCHEMA + _EXPLAIN_SCHEMA).split(";"):
+            self._refuse_other(_found_version(db), created=True)
+            for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
+            for table, columns in _ADDED_TABLES.items():
+                db.execute(f"CREATE TABLE IF NOT EXISTS {table} {columns}")
             self._check_schema()
             db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)",
                        (str(SCHEMA_VERSION),))
@@ -221,6 +236,40 @@ class ResultsStore:
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
             raise
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A `mode=ro` connection on an existing store of this version: nothing is created or switched (no WAL,
+        no table); the additive tables an older store lacks are stood in for by empty TEMP tables."""
+        db = sqlite3.connect(self.path.absolute().as_uri() + "?mode=ro", uri=True, timeout=30.0,
+                             isolation_level=None)
+        try:
+            db.row_factory = sqlite3.Row
+            self._db = db
+            self._refuse_other(_found_version(db), created=False)
+            self._check_schema()
+            have = {r[0] for r in db.execute("SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+            for table, columns in _ADDED_TABLES.items():
+                if table not in have:
+                    db.execute(f"CREATE TEMP TABLE {table} {columns}")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _refuse_other(self, found: str | None, *, created: bool) -> None:
+        """Refuse a file this LEMON must not touch: another program's SQLite file, a store of another schema
+        version, or (`created` False: a reader) an SQLite file without tables."""
+        if found == str(SCHEMA_VERSION) or (found is None and created):
+            return
+        if found is None:
+            raise StorageError(f"{self.path} is not a LEMON results store (an SQLite file without tables); pass "
+                               "--store the store `lemon eval` wrote")
+        if found == "":
+            raise StorageError(f"{self.path} is an SQLite file of another program (no LEMON schema version in it; "
+                               "it was left as it was); pass --store a new path or the store `lemon eval` wrote")
+        raise StorageError(f"results store {self.path} has schema version {found[:40]}, this LEMON reads and "
+                           f"writes version {SCHEMA_VERSION} (the store was left as it was); use the LEMON version "
+                           "that wrote it, or pass --store a new path")
 
     def _check_schema(self) -> None:
         """Refuse an SQLite file whose tables are not this store's (another program's database)."""
@@ -241,6 +290,18 @@ class ResultsStore:
                                 "(every stored row is kept) or pass --store a path on another disk")
         return StorageError(f"results store {self.path}: {text}; check the disk and that no other program holds "
                             "it, or pass --store a new path")
+
+    def _decoded(self, table: str, key: object, build: Callable[[], _T]) -> _T:
+        """`build()` of one stored row, or one line naming its table and row: a row another program wrote (JSON
+        that does not parse, text in a number column) was a traceback in report, runs, view, trace, export and
+        eval."""
+        try:
+            return build()
+        except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError) as exc:
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:160]
+            raise StorageError(f"results store {self.path}: the {table} row {key} is malformed ({why}); it was "
+                               "written by another program or by hand: restore the store from a copy, or pass "
+                               "--store another") from None
 
     def _exec(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         try:
@@ -293,11 +354,11 @@ class ResultsStore:
 
     def run(self, run_id: str) -> RunInfo | None:
         row = self._exec("SELECT * FROM runs WHERE run_id = ?", (run_id,)).fetchone()
-        return _run_info(row) if row else None
+        return self._decoded("runs", repr(run_id), lambda: _run_info(row)) if row else None
 
     def runs(self) -> list[RunInfo]:
         rows = self._rows("SELECT * FROM runs ORDER BY benchmark, method, created")
-        return [_run_info(r) for r in rows]
+        return [self._decoded("runs", repr(r["run_id"]), lambda r=r: _run_info(r)) for r in rows]
 
     # ---- items ------------------------------------------------------------------------------------------
 
@@ -362,7 +423,8 @@ class ResultsStore:
         """The stored trace of (run, item, seed), or None."""
         found = self._exec("SELECT trace_json FROM traces WHERE run_id = ? AND item_id = ? AND seed = ?",
                                  (run_id, item_id, seed)).fetchone()
-        return json.loads(found["trace_json"]) if found else None
+        key = (run_id, item_id, seed)
+        return self._decoded("traces", key, lambda: _trace(found["trace_json"])) if found else None
 
     def delete_errors(self, run_id: str) -> int:
         """Drop rows whose status is `error` so they are computed again (after fixing a backend)."""
@@ -375,7 +437,7 @@ class ResultsStore:
 
     def done_keys(self, run_id: str) -> set[tuple[str, int]]:
         rows = self._rows("SELECT item_id, seed FROM items WHERE run_id = ?", (run_id,))
-        return {(r["item_id"], int(r["seed"])) for r in rows}
+        return {self._decoded("items", (run_id, r["item_id"]), lambda r=r: _key(r)) for r in rows}
 
     def pending_items(self, run_id: str, keys: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
         """The (item_id, seed) keys not yet stored for `run_id`, in the order given."""
@@ -390,11 +452,12 @@ class ResultsStore:
         wanted_seeds = set(seeds) if seeds is not None else None
         out = []
         for r in rows:
-            if wanted_items is not None and r["item_id"] not in wanted_items:
+            row = self._decoded("items", (run_id, r["item_id"], r["seed"]), lambda r=r: _item_row(r))
+            if wanted_items is not None and row.item_id not in wanted_items:
                 continue
-            if wanted_seeds is not None and int(r["seed"]) not in wanted_seeds:
+            if wanted_seeds is not None and row.seed not in wanted_seeds:
                 continue
-            out.append(_item_row(r))
+            out.append(row)
         return out
 
     def resolve_run(self, selector: str) -> RunInfo:
@@ -406,7 +469,7 @@ class ResultsStore:
         rows = self._db.execute("SELECT * FROM runs WHERE substr(run_id, 1, ?) = ? ORDER BY created",
                                 (len(selector), selector)).fetchall() if selector else []
         if len(rows) == 1:
-            return _run_info(rows[0])
+            return self._decoded("runs", repr(rows[0]["run_id"]), lambda: _run_info(rows[0]))
         if not rows:
             raise LemonError(f"no run {selector!r} in {self.path}; list the runs with `lemon report --store "
                              f"{self.path}`")
@@ -421,21 +484,30 @@ class ResultsStore:
                              "VALUES (?,?,?,?,?)", (run_id, item_id, seed, blob, time.time()))
 
     def explanation(self, run_id: str, item_id: str, seed: int = 0) -> dict[str, object] | None:
-        found = self._db.execute("SELECT result_json FROM explanations WHERE run_id = ? AND item_id = ? AND seed = ?",
-                                 (run_id, item_id, seed)).fetchone()
-        return json.loads(found["result_json"]) if found else None
+        found = self._exec("SELECT result_json FROM explanations WHERE run_id = ? AND item_id = ? AND seed = ?",
+                           (run_id, item_id, seed)).fetchone()
+        key = (run_id, item_id, seed)
+        return self._decoded("explanations", key, lambda: _object(found["result_json"], "result_json")) if found \
+            else None
 
     def explanations(self, run_id: str) -> list[dict[str, object]]:
-        rows = self._db.execute("SELECT result_json FROM explanations WHERE run_id = ? ORDER BY item_id, seed",
-                                (run_id,)).fetchall()
-        return [json.loads(r["result_json"]) for r in rows]
+        rows = self._rows("SELECT item_id, seed, result_json FROM explanations WHERE run_id = ? ORDER BY item_id, seed",
+                          (run_id,))
+        return [self._decoded("explanations", (run_id, r["item_id"], r["seed"]),
+                              lambda r=r: _object(r["result_json"], "result_json")) for r in rows]
 
     def traces(self, run_id: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], str]:
-        """The stored traces (as compact JSON text, unparsed) of the given (item, seed) keys of a run."""
+        """The stored traces (as compact JSON text, not parsed here: SQLite checks each is a JSON object) of the
+        given (item, seed) keys of a run."""
         wanted = set(keys)
-        rows = self._db.execute("SELECT item_id, seed, trace_json FROM traces WHERE run_id = ?", (run_id,))
-        return {(r["item_id"], int(r["seed"])): r["trace_json"] for r in rows
-                if (r["item_id"], int(r["seed"])) in wanted}
+        rows = self._rows("SELECT item_id, seed, trace_json, CASE WHEN json_valid(trace_json) THEN "
+                          "json_type(trace_json) END AS kind FROM traces WHERE run_id = ?", (run_id,))
+        found = {}
+        for r in rows:
+            key = self._decoded("traces", (run_id, r["item_id"]), lambda r=r: _key(r))
+            if key in wanted:
+                found[key] = self._decoded("traces", (run_id, *key), lambda r=r: _object_text(r, "trace_json"))
+        return found
 
     def task_texts(self, run_id: str, max_chars: int = 2000) -> dict[tuple[str, int], str]:
         """The task text of each (item, seed) of a run, read inside SQLite (`lemon view` searches it for every
@@ -443,14 +515,17 @@ class ResultsStore:
         rows = self._rows("SELECT item_id, seed, CASE WHEN json_valid(trace_json) THEN "
                           "substr(json_extract(trace_json, '$.task'), 1, ?) END AS task FROM traces WHERE run_id = ?",
                           (max_chars, run_id))
-        return {(r["item_id"], int(r["seed"])): r["task"] for r in rows if r["task"]}
+        return {self._decoded("traces", (run_id, r["item_id"]), lambda r=r: _key(r)): str(r["task"]) for r in rows
+                if r["task"]}
 
     def topologies(self, run_id: str) -> dict[tuple[str, int], dict[str, object]]:
         """The team (the trace's `topology`) of each (item, seed) of a run, read inside SQLite (the report
         counts the teams a policy wrote without parsing whole traces)."""
         rows = self._rows("SELECT item_id, seed, json_extract(trace_json, '$.topology') AS top FROM traces "
                           "WHERE run_id = ? AND json_valid(trace_json)", (run_id,))
-        return {(r["item_id"], int(r["seed"])): json.loads(r["top"]) for r in rows if r["top"]}
+        return {self._decoded("traces", (run_id, r["item_id"]), lambda r=r: _key(r)):
+                self._decoded("traces", (run_id, r["item_id"], r["seed"]), lambda r=r: _object(r["top"], "topology"))
+                for r in rows if r["top"]}
 
     def spec_sources(self, run_id: str) -> dict[str, int]:
         """How many of a run's specs came from each source of its orchestrator's decision (`model`: valid as
@@ -495,25 +570,27 @@ class ResultsStore:
         return _Transaction(self)
 
 
-def open_existing_store(path: Path) -> ResultsStore:
-    """Open a results store that must already exist and be one of this version's, without writing to anything
-    else: a missing file, a file that is not a LEMON store, or a store of another schema version is one line."""
-    if not path.is_file():
+def open_existing_store(path: Path, *, writable: bool = False) -> ResultsStore:
+    """A results store that must already exist and be one of this version's, opened read-only unless `writable`
+    (`lemon runs delete`, `lemon explain`): a missing file, a file that is not a LEMON store, or a store of
+    another schema version is one line, and nothing is written to any of them."""
+    if not path.exists():  # a folder or a device: ResultsStore says what it is
         raise LemonError(f"no results store at {path}; run `lemon eval` first or pass --store")
+    return ResultsStore(path, read_only=not writable)
+
+
+def _found_version(db: sqlite3.Connection) -> str | None:
+    """The schema version an SQLite file holds, read without writing: None for a new file (no tables yet), ""
+    for a file with tables but no LEMON version (another program's), else the version stored in `meta`."""
+    if db.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None:
+        return None
     try:
-        probe = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
-        try:
-            row = probe.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        finally:
-            probe.close()
-    except sqlite3.Error:
-        raise LemonError(f"{path} is not a LEMON results store (no readable `meta` table); pass the store "
-                         "`lemon eval` wrote") from None
-    if row is None or str(row[0]) != str(SCHEMA_VERSION):
-        found = "none" if row is None else row[0]
-        raise LemonError(f"results store {path} has schema version {found}, this LEMON reads version "
-                         f"{SCHEMA_VERSION}; use the LEMON version that wrote it or re-run `lemon eval`")
-    return ResultsStore(path)
+        row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError as exc:  # no `meta` table, or one of another shape
+        if is_busy(exc):
+            raise
+        return ""
+    return "" if row is None else str(row[0])
 
 
 class _Transaction:
@@ -560,16 +637,92 @@ def _holder_alive(owner: str) -> bool:
 
 
 def _run_info(r: sqlite3.Row) -> RunInfo:
-    return RunInfo(run_id=r["run_id"], benchmark=r["benchmark"], split=r["split"], method=r["method"],
-                   pool=r["pool"], level=r["level"], seeds=int(r["seeds"]), n_items=int(r["n_items"]),
-                   config=json.loads(r["config_json"]), created=float(r["created"]),
-                   updated=float(r["updated"]))
+    """A `runs` row, its types checked (a raise here is `ResultsStore._decoded`'s one line)."""
+    return RunInfo(run_id=_text(r["run_id"], "run_id"), benchmark=_text(r["benchmark"], "benchmark"),
+                   split=_text(r["split"], "split"), method=_text(r["method"], "method"),
+                   pool=_text(r["pool"], "pool"), level=_text(r["level"], "level"), seeds=_int(r["seeds"], "seeds"),
+                   n_items=_int(r["n_items"], "n_items"),
+                   config=_object(r["config_json"], "config_json"), created=_real(r["created"], "created"),
+                   updated=_real(r["updated"], "updated"))
 
 
 def _item_row(r: sqlite3.Row) -> ItemRow:
-    return ItemRow(item_id=r["item_id"], seed=int(r["seed"]), prediction=r["prediction"], gold=r["gold"],
-                   correct=bool(r["correct"]), tokens=json.loads(r["tokens_json"]),
-                   total_tokens=int(r["total_tokens"]), latency_s=float(r["latency_s"]),
-                   trace_id=r["trace_id"], status=r["status"], stop_reason=r["stop_reason"],
-                   orchestrator_tokens=int(r["orchestrator_tokens"]), created=float(r["created"]))
+    """An `items` row, its types checked (a raise here is `ResultsStore._decoded`'s one line)."""
+    item_id, seed = _key(r)
+    return ItemRow(item_id=item_id, seed=seed, prediction=_maybe_text(r["prediction"], "prediction"),
+                   gold=_maybe_text(r["gold"], "gold"), correct=bool(_int(r["correct"], "correct")),
+                   tokens=_tokens(r["tokens_json"]), total_tokens=_int(r["total_tokens"], "total_tokens"),
+                   latency_s=_real(r["latency_s"], "latency_s"), trace_id=_maybe_text(r["trace_id"], "trace_id"),
+                   status=_text(r["status"], "status"), stop_reason=_maybe_text(r["stop_reason"], "stop_reason"),
+                   orchestrator_tokens=_int(r["orchestrator_tokens"], "orchestrator_tokens"),
+                   created=_real(r["created"], "created"))
 
+
+def _key(r: sqlite3.Row) -> tuple[str, int]:
+    return _text(r["item_id"], "item_id"), _int(r["seed"], "seed")
+
+
+def _text(value: object, column: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{column} is {value!r:.40}, not text")
+    return value
+
+
+def _maybe_text(value: object, column: str) -> str | None:
+    return None if value is None else _text(value, column)
+
+
+def _int(value: object, column: str) -> int:
+    if type(value) is not int:
+        raise TypeError(f"{column} is {value!r:.40}, not an integer")
+    return value
+
+
+def _real(value: object, column: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{column} is {value!r:.40}, not a number")
+    return float(value)
+
+
+def _object_text(r: sqlite3.Row, column: str) -> str:
+    """The JSON object stored as text in `column`, unparsed: the row's `kind` is SQLite's json_type of it."""
+    if r["kind"] != "object":
+        raise ValueError(f"{column} is not a JSON object")
+    return _text(r[column], column)
+
+
+def _object(text: object, column: str) -> dict[str, Any]:
+    """The JSON object stored as text in `column` (a JSON array, number or string is the wrong shape too)."""
+    value = json.loads(_text(text, column))
+    if not isinstance(value, dict):
+        raise TypeError(f"{column} holds a JSON {type(value).__name__}, not an object")
+    return value
+
+
+# A trace's top-level fields and the JSON type each must have where present (`runtime.trace.Trace.to_json`): what
+# every reader of a stored trace walks without checking (`lemon trace` of a trace whose events were a number was a
+# TypeError traceback).
+_TRACE_FIELDS: dict[str, type] = {"events": list, "edges": list, "system": dict, "topology": dict, "costs": dict,
+                                  "metrics": dict, "contents": dict, "prompts": dict, "rewards": dict, "task": str,
+                                  "task_id": str, "trace_id": str}
+
+
+def _trace(text: object) -> dict[str, Any]:
+    """A stored trace: a JSON object whose top-level fields have their types (the events and edges objects)."""
+    trace = _object(text, "trace_json")
+    for name, kind in _TRACE_FIELDS.items():
+        value = trace.get(name)
+        if value is not None and (not isinstance(value, kind)
+                                  or (kind is list and not all(isinstance(x, dict) for x in value))):
+            raise TypeError(f"trace_json: its {name} is {value!r:.40}, not a JSON {kind.__name__}"
+                            + (" of objects" if kind is list else ""))
+    return trace
+
+
+def _tokens(text: object) -> dict[str, AgentTokens]:
+    """`tokens_json`: per agent an object with integer `prompt` and `completion` counts (what readers sum)."""
+    tokens = _object(text, "tokens_json")
+    for agent, counts in tokens.items():
+        if not isinstance(counts, dict) or any(type(counts.get(k)) is not int for k in ("prompt", "completion")):
+            raise TypeError(f"tokens_json: agent {agent!r:.40} has no integer prompt and completion counts")
+    return tokens

@@ -164,20 +164,21 @@ class Source:
         self.db.close()
 
 
-def open_source(target: str | None, store: Path) -> Source:
+def open_source(target: str | None, store: Path, *, writable: bool = False) -> Source:
     """The store or trace file `target` names: a trace file (path or trace id of `lemon run`), a store file, or
     a run id (or unique prefix) of `store`; None: `store` with no run chosen. Run ids of the store win over
-    trace ids; a name that is neither is one line naming both places looked in."""
+    trace ids; a name that is neither is one line naming both places looked in. A store is opened read-only
+    unless `writable` (`lemon explain` stores its attribution)."""
     from lemon.evaluation.store import open_existing_store
 
     if target is None:
-        return Source(open_existing_store(store), None)
+        return Source(open_existing_store(store, writable=writable), None)
     path = Path(target).expanduser()
     if path.is_file() and not looks_like_trace(path):
-        return Source(open_existing_store(path), None)
+        return Source(open_existing_store(path, writable=writable), None)
     trace_path = find_trace(target)
     if store.is_file() and (trace_path is None or not path.is_file()):
-        db = open_existing_store(store)
+        db = open_existing_store(store, writable=writable)
         try:
             return Source(db, db.resolve_run(target))
         except LemonError:

@@ -13,6 +13,7 @@ and still returned: the call was paid for, and losing its result to a cache faul
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -20,13 +21,14 @@ import math
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from lemon.errors import BackendError, StorageError
 from lemon.files import disk_full
 from lemon.llm.base import Backend, ChatRequest, Completion, Scorer, request_key
 from lemon.paths import ensure_dir
-from lemon.sqlitefile import ensure_wal, open_with_retry
+from lemon.sqlitefile import ensure_wal, is_busy, open_with_retry
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +79,13 @@ class SQLiteCache:
         try:
             self._conn = open_with_retry(self.path, _initialise, check_same_thread=False)
         except sqlite3.Error as exc:
-            raise self._error(exc) from None
+            raise self.error(exc) from None
 
-    def _error(self, exc: sqlite3.Error) -> StorageError:
+    def error(self, exc: sqlite3.Error) -> StorageError:
         text = " ".join(str(exc).split())
+        if is_busy(exc):  # an intact cache another process holds: nothing to delete either
+            return StorageError(f"LLM cache {self.path} is busy ({text}): another process held it for 30 s; run "
+                                "again when it is done, or pass --no-cache")
         if disk_full(self.path.parent, exc):  # an intact cache on a full disk: nothing to delete
             return StorageError(f"LLM cache {self.path}: the disk is full ({text}); free space on that disk, "
                                 "point LEMON_HOME at another one, or pass --no-cache")
@@ -95,7 +100,7 @@ class SQLiteCache:
                 ).fetchone()
             return (str(row[0]), int(row[1]), int(row[2])) if row else None
         except sqlite3.Error as exc:
-            raise self._error(exc) from None
+            raise self.error(exc) from None
         except (TypeError, ValueError):  # a row of the wrong types: treat as a miss, it will be overwritten
             log.warning("LLM cache %s: unreadable entry %s…; calling the model instead", self.path, key[:12])
             return None
@@ -117,7 +122,7 @@ class SQLiteCache:
             with self._lock:
                 row = self._conn.execute("SELECT logprob FROM scores WHERE key = ?", (key,)).fetchone()
         except sqlite3.Error as exc:
-            raise self._error(exc) from None
+            raise self.error(exc) from None
         if row is None:
             return None
         try:
@@ -146,7 +151,7 @@ class SQLiteCache:
                 return self._conn.execute("SELECT key, model, text, prompt_tokens, completion_tokens "
                                           "FROM completions ORDER BY key").fetchall()
         except sqlite3.Error as exc:
-            raise self._error(exc) from None
+            raise self.error(exc) from None
 
     def score_rows(self) -> list[tuple[str, str, float]]:
         """Every score as (key, model, logprob), by key."""
@@ -154,39 +159,112 @@ class SQLiteCache:
             with self._lock:
                 return self._conn.execute("SELECT key, model, logprob FROM scores ORDER BY key").fetchall()
         except sqlite3.Error as exc:
-            raise self._error(exc) from None
+            raise self.error(exc) from None
 
-    def add_missing(self, completions: list[tuple[str, str, str, int, int]],
-                    scores: list[tuple[str, str, float]]) -> tuple[int, int]:
-        """Insert the rows whose keys the file lacks, in one transaction (all or nothing); a key it holds is
-        kept as it is. Returns how many completions and scores were added."""
-        now = time.time()
-        try:
-            with self._lock:
-                before = self._counts()
-                self._conn.execute("BEGIN IMMEDIATE")
-                try:
-                    self._conn.executemany("INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?, ?)",
-                                           [(*row, now) for row in completions])
-                    self._conn.executemany("INSERT OR IGNORE INTO scores VALUES (?, ?, ?, ?)",
-                                           [(*row, now) for row in scores])
-                except BaseException:
-                    self._conn.execute("ROLLBACK")
-                    raise
-                self._conn.execute("COMMIT")
-                after = self._counts()
-        except sqlite3.Error as exc:
-            raise self._error(exc) from None
-        return after[0] - before[0], after[1] - before[1]
-
-    def _counts(self) -> tuple[int, int]:
-        (completions,) = self._conn.execute("SELECT COUNT(*) FROM completions").fetchone()
-        (scores,) = self._conn.execute("SELECT COUNT(*) FROM scores").fetchone()
-        return int(completions), int(scores)
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[ImportStage]:
+        """An `ImportStage` on this cache's connection (held for the whole import); its temporary tables are
+        dropped on leaving, whatever happened."""
+        with self._lock:
+            try:
+                for table, columns in _STAGED.items():
+                    self._conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
+                    self._conn.execute(f"CREATE TEMP TABLE {table} ({columns})")
+            except sqlite3.Error as exc:
+                raise _staging_error(exc) from None
+            try:
+                yield ImportStage(self, self._conn)
+            finally:
+                for table in _STAGED:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.execute(f"DROP TABLE IF EXISTS temp.{table}")
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+# An import's rows, held apart until its whole file has been read (`ImportStage`): temporary tables of the cache's
+# connection live in SQLite's temporary files, so a large import costs disk there, not memory.
+_STAGED = {
+    "lemon_import_completions": "key TEXT PRIMARY KEY, line INTEGER NOT NULL, model TEXT NOT NULL, text TEXT NOT "
+                                "NULL, prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL",
+    "lemon_import_scores": "key TEXT PRIMARY KEY, line INTEGER NOT NULL, model TEXT NOT NULL, logprob REAL NOT NULL",
+}
+
+
+def _staging_error(exc: sqlite3.Error) -> StorageError:
+    """A failure of the temporary tables: neither the cache nor the imported file is at fault."""
+    text = " ".join(str(exc).split())
+    return StorageError(f"cannot hold the imported rows in SQLite's temporary files ({text}); free space in the "
+                        "temporary folder (or point SQLITE_TMPDIR at another) and import again; nothing was imported")
+
+
+class ImportStage:
+    """The rows of one import file, staged line by line, then added to the cache in ONE transaction (`merge`).
+
+    Why: the file is read as a stream (it may be large, and it is not trusted), and a refused file must leave
+    the cache exactly as it was; staging first makes every check (a key the file gives two values) run before
+    anything is written, and the counts `merge` returns are its own rows, never another process's."""
+
+    def __init__(self, cache: SQLiteCache, conn: sqlite3.Connection) -> None:
+        self._cache = cache
+        self._conn = conn
+
+    def completion(self, line: int, row: tuple[str, str, str, int, int]) -> int | None:
+        """Stage one completion; the line of an earlier row of the same key with another value, else None."""
+        key, *value = row
+        return self._stage("lemon_import_completions", "model = ? AND text = ? AND prompt_tokens = ? AND "
+                           "completion_tokens = ?", line, key, value)
+
+    def score(self, line: int, row: tuple[str, str, float]) -> int | None:
+        """Stage one score; the line of an earlier row of the same key with another value, else None."""
+        key, *value = row
+        return self._stage("lemon_import_scores", "model = ? AND logprob = ?", line, key, value)
+
+    def _stage(self, table: str, same: str, line: int, key: str, value: list[object]) -> int | None:
+        marks = ", ".join("?" * (len(value) + 2))
+        try:
+            added = self._conn.execute(f"INSERT INTO temp.{table} VALUES ({marks}) ON CONFLICT(key) DO NOTHING",
+                                       (key, line, *value)).rowcount
+            if added:
+                return None
+            other = self._conn.execute(f"SELECT line FROM temp.{table} WHERE key = ? AND NOT ({same})",
+                                       (key, *value)).fetchone()
+        except sqlite3.Error as exc:
+            raise _staging_error(exc) from None
+        return None if other is None else int(other[0])
+
+    def staged(self) -> int:
+        """How many distinct keys are staged (completions and scores together)."""
+        try:
+            return sum(int(self._conn.execute(f"SELECT COUNT(*) FROM temp.{table}").fetchone()[0])
+                       for table in _STAGED)
+        except sqlite3.Error as exc:
+            raise _staging_error(exc) from None
+
+    def merge(self) -> tuple[int, int]:
+        """Add the staged rows whose keys the cache lacks, in one transaction (a key it holds is kept as it is);
+        how many completions and scores THIS transaction added (counted inside it)."""
+        now = time.time()
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                completions = self._conn.execute(
+                    "INSERT OR IGNORE INTO main.completions(key, model, text, prompt_tokens, completion_tokens, "
+                    "created) SELECT key, model, text, prompt_tokens, completion_tokens, ? FROM "
+                    "temp.lemon_import_completions ORDER BY key", (now,)).rowcount
+                scores = self._conn.execute(
+                    "INSERT OR IGNORE INTO main.scores(key, model, logprob, created) SELECT key, model, logprob, ? "
+                    "FROM temp.lemon_import_scores ORDER BY key", (now,)).rowcount
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise self._cache.error(exc) from None
+        return completions, scores
 
 
 class CachedBackend:
