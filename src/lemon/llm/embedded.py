@@ -63,8 +63,9 @@ class EmbeddedBackend:
     """A GGUF model in this process. `model` is a pinned id (see `models.py`) or a path to a .gguf file."""
 
     def __init__(self, model: str, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None,
-                 sha256: str | None = None, n_gpu_layers: int | None = None) -> None:
+                 sha256: str | None = None, n_gpu_layers: int | None = None, read_logprobs: bool = True) -> None:
         self._model = model
+        self.read_logprobs = read_logprobs  # each reply's log-probability from its generation (`SampledLogprobs`)
         self._sha256 = sha256
         self.n_ctx = n_ctx
         self.n_gpu_layers = gpu_layers_from_env() if n_gpu_layers is None else n_gpu_layers
@@ -121,7 +122,8 @@ class EmbeddedBackend:
         elif request.json_schema is not None:
             kwargs["response_format"] = {"type": "json_object", "schema": request.json_schema}
         recorder = SampledLogprobs()
-        kwargs["logits_processor"] = [recorder]
+        if self.read_logprobs:
+            kwargs["logits_processor"] = [recorder]
         start = time.perf_counter()
         try:
             out = llama.create_chat_completion(**kwargs)
@@ -132,7 +134,8 @@ class EmbeddedBackend:
         text = choice["message"].get("content") or ""
         return Completion(text, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
                           time.perf_counter() - start, self.model_id,
-                          logprob=recorder.reply_logprob(llama, text, choice.get("finish_reason")))
+                          logprob=recorder.reply_logprob(llama, text, choice.get("finish_reason"))
+                          if self.read_logprobs else None)
 
     async def complete(self, request: ChatRequest) -> Completion:
         loop = asyncio.get_running_loop()
@@ -205,23 +208,28 @@ class SampledLogprobs:
     def __init__(self) -> None:
         self.tokens: list[int] = []
         self.values: list[float] = []
-        self._pending: tuple[Any, float] | None = None
+        self._pending: float | None = None  # the last step's log-partition; its logits wait in `_row`
+        self._row: Any = None  # the last step's logits (contiguous float32, reused every step)
+        self._scratch: Any = None
 
     def __call__(self, input_ids: Any, logits: Any) -> Any:
         import numpy as np
 
         if self._pending is not None:
             self._settle(int(input_ids[-1]))
-        row = np.array(logits, dtype=np.float32)
-        top = float(row.max())
-        self._pending = (row, top + float(np.log(np.exp(row - top).sum(dtype=np.float64))))
+        if self._row is None or self._row.shape != logits.shape:
+            self._row, self._scratch = np.empty(logits.shape, np.float32), np.empty(logits.shape, np.float32)
+        np.copyto(self._row, logits)  # the processor's view is strided and freed after the step: copy once
+        top = float(self._row.max())
+        np.subtract(self._row, top, out=self._scratch)
+        np.exp(self._scratch, out=self._scratch)
+        self._pending = top + float(np.log(self._scratch.sum(dtype=np.float64)))
         return logits
 
     def _settle(self, token: int) -> None:
         assert self._pending is not None
-        row, log_z = self._pending
         self.tokens.append(token)
-        self.values.append(float(row[token]) - log_z)
+        self.values.append(float(self._row[token]) - self._pending)
         self._pending = None
 
     def reply_logprob(self, llama: Any, text: str, finish_reason: str | None) -> float | None:
