@@ -17,6 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lemon.cli.fit import FitTable
 from lemon.cli.options import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_POOL,
@@ -331,28 +332,28 @@ def _explain_stored(target: str, item: str | None, seed: int, store: Path | None
         return asyncio.run(go())
 
 
-def attribution_table(att: Any) -> Table:
-    """One row per field: the edit, the edited run's answer/correctness and tokens, Delta, calls, cache hits."""
+def attribution_table(att: Any) -> FitTable:
+    """One row per field: the edit, the edited run's answer/correctness and tokens, Delta, calls, cache hits;
+    it fits the terminal (`lemon.cli.fit`): words wrap whole, nothing is cropped."""
     o = att.original
     title = (f"attribution of {att.item_id} (seed {att.seed}"
              + (f", run {att.run_id}" if att.run_id else "") + f"): original right={o.get('correct')}, "
              f"prediction {o.get('prediction')!s:.40}, {o.get('tokens')} worker tokens; "
              f"{att.calls} model calls, {att.spent_tokens:,} tokens spent")
     rules = [stop_rule_line(e) for e in o.get("stop_rules") or ()]
-    table = Table(title=Text(title), title_justify="left", caption=Text("\n".join(rules)) if rules else None,
-                  caption_justify="left")
-    for col in ("field", "edit", "status", "prediction", "right", "Δ", "tokens", "Δ tokens", "calls",
-                "cache hits", "note"):
-        table.add_column(col, justify="right" if col in ("Δ", "tokens", "Δ tokens", "calls", "cache hits")
-                         else "left", overflow="fold")
+    columns = ("field", "edit", "status", "prediction", "right", "Δ", "tokens", "Δ tokens", "calls", "cache hits",
+               "note")
+    numeric = {"Δ", "tokens", "Δ tokens", "calls", "cache hits"}
+    rows = []
     for e in att.edits:
         delta = "-" if e.delta is None else f"{e.delta:+.0f}"
         style = "green" if (e.delta or 0) > 0 else "red" if (e.delta or 0) < 0 else ""
-        table.add_row(Text(e.field_label), Text(e.edit), Text(e.status), Text(_clip(e.prediction, 24)),
-                      Text("-" if e.correct is None else str(e.correct)), Text(delta, style),
-                      _num(e.tokens), _num(e.delta_tokens, signed=True), _num(e.calls), _num(e.cache_hits),
-                      Text(_clip(e.note, 60) if e.note else ""))
-    return table
+        rows.append([e.field_label, e.edit, e.status, _clip(e.prediction, 24),
+                     "-" if e.correct is None else str(e.correct), Text(delta, style), _num(e.tokens),
+                     _num(e.delta_tokens, signed=True), _num(e.calls), _num(e.cache_hits),
+                     _clip(e.note, 60) if e.note else ""])
+    return FitTable(columns, rows, title=Text(title), caption=Text("\n".join(rules)) if rules else None,
+                    justify=["right" if c in numeric else "left" for c in columns])
 
 
 def _num(v: int | None, signed: bool = False) -> str:
