@@ -160,6 +160,12 @@ class Source:
         self.db.close()
 
 
+def _names_a_file(target: str) -> bool:
+    """A target written as a file (a folder in it, or a suffix such as .sqlite or .json), not a run or trace id."""
+    path = Path(target)
+    return len(path.parts) > 1 or (bool(path.suffix) and not _ID.fullmatch(target))
+
+
 def open_source(target: str | None, store: Path) -> Source:
     """The store or trace file `target` names: a trace file (path or trace id of `lemon run`), a store file, or
     a run id (or unique prefix) of `store`; None: `store` with no run chosen. Run ids of the store win over
@@ -172,6 +178,10 @@ def open_source(target: str | None, store: Path) -> Source:
     if path.is_file() and not looks_like_trace(path):
         return Source(open_existing_store(path), None)
     trace_path = find_trace(target)
+    if trace_path is None and _names_a_file(target):  # a file that is not there, whatever the store holds
+        raise LemonError(f"no file {target}: nothing to read there; check the path (a results store is the file "
+                         f"`lemon eval --store FILE` writes, a trace the file `lemon run` prints), or create the "
+                         f"store with `lemon eval BENCHMARK --method METHOD --store {target}`")
     if store.is_file() and (trace_path is None or not path.is_file()):
         db = open_existing_store(store)
         try:
