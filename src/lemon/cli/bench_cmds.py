@@ -58,6 +58,10 @@ def _parse_shard(text: str | None) -> tuple[int, int] | None:
     return i, n
 
 
+EvalJsonOpt = Annotated[bool, opt("as_json", help="Print the summary as one JSON object on stdout (the progress bar "
+                                                "goes to stderr).")]
+
+
 def eval_cmd(
     benchmark: Annotated[str, typer.Argument(help="gsm8k, svamp, aqua, multiarith, mmlu or humaneval "
                                                   "(or module:OBJECT, a benchmark defined elsewhere).")],
@@ -95,8 +99,7 @@ def eval_cmd(
     api_key_env: ApiKeyEnvOpt = None,
     threads: MaybeThreadsOpt = None,
     serve_workers: ServeWorkersOpt = None,
-    as_json: Annotated[bool, opt("as_json", help="Print the summary as one JSON object on stdout (the progress bar "
-                                                 "goes to stderr).")] = False,
+    as_json: EvalJsonOpt = False,
 ) -> None:
     """Evaluate METHOD on BENCHMARK; results are stored per item as they finish, and re-running resumes.
 
@@ -110,15 +113,14 @@ def eval_cmd(
 
     pool, max_tokens = _workers(benchmark, pool, (model, base_url, api_key_env), max_tokens, temperature, threads)
     resolved = resolve_method(method)
-    level_of_run = _eval_level(method, level, pool)  # a typo in --level is one line before any work starts
-    at_pool = functools.partial(EvalSettings, benchmark=benchmark, method=resolved,
-                                temperature=temperature, n_agents=agents, budget_tokens=budget_tokens,
+    at_pool = functools.partial(EvalSettings, benchmark=benchmark, method=resolved, temperature=temperature,
+                                level=_eval_level(method, level, pool), n_agents=agents, budget_tokens=budget_tokens,
                                 call_timeout_s=timeout, cache=not no_cache)
     plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir, first_seed=seed or 0)
     execution = _execution(concurrency=concurrency, ray_address=ray, shard=_parse_shard(shard),
                            budget_tokens_total=budget_tokens_total, retry_errors=retry_errors)
     with _eval_workers(pool, resolved, serve_workers) as pool:
-        settings = at_pool(pool=pool, level=level_of_run, max_tokens=_identity_max_tokens(pool, max_tokens))
+        settings = at_pool(pool=pool, max_tokens=_identity_max_tokens(pool, max_tokens))
         _evaluate_and_report(settings, plan, _eval_store(store, out), execution, as_json=as_json)
 
 

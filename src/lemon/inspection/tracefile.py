@@ -32,8 +32,10 @@ def answer_extractor(kind: str | None) -> Extractor | None:
 
 
 def vote_key(kind: str | None) -> Extractor | None:
-    """How a `majority_vote` of `lemon run` compares answers of this kind (None: whole texts, e.g. code)."""
-    return answer_extractor(kind) if kind in ("number", "choice") else None
+    """How a `majority_vote` of `lemon run` compares answers of this kind: by the extracted answer (a number, a
+    letter, the program), as `lemon eval` does; whole texts for another kind. Code compared as whole texts
+    made the vote's tally (what the viewer and `lemon trace` show) each voter's prose, not its program."""
+    return answer_extractor(kind)
 
 
 def extracted_answer(task: str, text: str) -> str | None:
