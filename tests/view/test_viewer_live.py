@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
 from lemon.evaluation.store import ItemRow, ResultsStore
@@ -58,26 +59,40 @@ def _rows(d) -> list[str]:  # type: ignore[no-untyped-def]
     return [r.get_attribute("data-item") for r in d.find_elements(By.CSS_SELECTOR, "#items-table tr.item-row")]
 
 
+def _rows_become(d, expected: list[str], timeout: float = 30.0) -> list[str]:  # type: ignore[no-untyped-def]
+    """The table's rows once they are `expected` (or at the deadline): the page redraws as one types, and a
+    watched page reloads itself, so a read may meet a table being replaced."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            rows = _rows(d)
+        except StaleElementReferenceException:
+            rows = None
+        if rows == expected or time.monotonic() > deadline:
+            return rows or []
+        time.sleep(0.1)
+
+
 def _type(d, text: str) -> None:  # type: ignore[no-untyped-def]
     box = d.find_element(By.ID, "search")
     box.clear()
     box.send_keys(text)  # no Enter: the table follows the typing
-    time.sleep(0.5)
 
 
 @pytest.fixture
-def code_page(tmp_path: Path, _isolated_home: Path) -> tuple[Path, str]:
-    """The page `lemon view` writes for the code trace, and the run id the trace is read as."""
+def code_page(tmp_path: Path, _isolated_home: Path) -> tuple[Path, str, str]:
+    """The page `lemon view` writes for the code trace, and the run and item ids the trace is read as."""
     trace = _code_trace(tmp_path)
     page = tmp_path / "view.html"
     proc = lemon("view", str(trace), "--file", str(page), home=_isolated_home)
     assert proc.returncode == 0, proc.stderr
     db, run = trace_store(trace)
-    db.close()
-    return page, run.run_id
+    with db:
+        (row,) = db.items(run.run_id)
+    return page, run.run_id, row.item_id
 
 
-def test_a_code_answer_and_a_code_vote_keep_their_lines(code_page: tuple[Path, str]) -> None:
+def test_a_code_answer_and_a_code_vote_keep_their_lines(code_page: tuple[Path, str, str]) -> None:
     with chromium() as d:
         d.get(f"file://{code_page[0]}")
         time.sleep(0.3)
@@ -90,7 +105,7 @@ def test_a_code_answer_and_a_code_vote_keep_their_lines(code_page: tuple[Path, s
         assert js_errors(d) == []
 
 
-def test_a_reply_cut_at_max_tokens_is_marked_with_its_sampling(code_page: tuple[Path, str]) -> None:
+def test_a_reply_cut_at_max_tokens_is_marked_with_its_sampling(code_page: tuple[Path, str, str]) -> None:
     with chromium() as d:
         d.get(f"file://{code_page[0]}")
         time.sleep(0.3)
@@ -102,7 +117,7 @@ def test_a_reply_cut_at_max_tokens_is_marked_with_its_sampling(code_page: tuple[
         assert not d.find_elements(By.ID, "agent-cut") and d.find_elements(By.ID, "agent-sampling")
 
 
-def test_a_wide_tokens_table_scrolls_instead_of_being_clipped(code_page: tuple[Path, str]) -> None:
+def test_a_wide_tokens_table_scrolls_instead_of_being_clipped(code_page: tuple[Path, str, str]) -> None:
     with chromium() as d:
         d.get(f"file://{code_page[0]}")
         time.sleep(0.3)
@@ -113,16 +128,16 @@ def test_a_wide_tokens_table_scrolls_instead_of_being_clipped(code_page: tuple[P
         assert d.execute_script("return getComputedStyle(arguments[0]).overflowX", box) in ("auto", "scroll")
 
 
-def test_search_filters_as_one_types_and_reads_agent_outputs(code_page: tuple[Path, str]) -> None:
-    page, run_id = code_page
+def test_search_filters_as_one_types_and_reads_agent_outputs(code_page: tuple[Path, str, str]) -> None:
+    page, run_id, item_id = code_page
     with chromium() as d:
         d.get(f"file://{page}#run/{run_id}")
         time.sleep(0.3)
-        _type(d, "zanzibar")  # only v0's output says it (not the task, the prediction or the gold)
-        assert len(_rows(d)) == 1
         _type(d, "zanzibarx")
-        assert _rows(d) == [] and d.switch_to.active_element.get_attribute("id") == "search"
-        assert "q=zanzibarx" in d.current_url  # the address keeps the query (reload, back)
+        assert _rows_become(d, []) == [] and d.switch_to.active_element.get_attribute("id") == "search"
+        _type(d, "zanzibar")  # only v0's output says it (not the task, the prediction or the gold)
+        assert _rows_become(d, [item_id]) == [item_id]
+        assert "q=zanzibar&" in d.current_url  # the address keeps the query (reload, back)
         assert js_errors(d) == []
 
 
@@ -149,12 +164,12 @@ def test_watch_keeps_the_page_current_until_ctrl_c(tmp_path: Path, _isolated_hom
         with chromium() as d:
             d.get(f"file://{page}#run/live000000000000")
             time.sleep(0.3)
-            assert _rows(d) == ["gsm8k/test/0"] and "live" in d.find_element(By.ID, "watch").text
+            assert _rows_become(d, ["gsm8k/test/0"]) == ["gsm8k/test/0"]
+            assert "live" in d.find_element(By.ID, "watch").text
             with ResultsStore(store) as db:
                 _put(db, "live000000000000", 1)  # as `lemon eval` adds an item
-            while len(_rows(d)) < 2 and time.monotonic() < deadline:  # the page reloads itself
-                time.sleep(0.2)
-            assert _rows(d) == ["gsm8k/test/0", "gsm8k/test/1"]
+            both = ["gsm8k/test/0", "gsm8k/test/1"]
+            assert _rows_become(d, both, timeout=60) == both  # the page reloads itself
             assert d.current_url.endswith("#run/live000000000000")  # where the reader was
             assert js_errors(d) == []
     finally:
