@@ -36,6 +36,7 @@ from lemon.cli.options import (
     apply_threads,
     check_worker_options,
     consoles,
+    emit_json,
     opt,
 )
 from lemon.errors import LemonError
@@ -56,6 +57,10 @@ def _parse_shard(text: str | None) -> tuple[int, int] | None:
     except ValueError:
         raise LemonError(f"--shard {text!r}: expected I/N, e.g. 0/4") from None
     return i, n
+
+
+EvalJsonOpt = Annotated[bool, opt("as_json", help="Print the summary as one JSON object on stdout (the progress bar "
+                                                "goes to stderr).")]
 
 
 def eval_cmd(
@@ -94,6 +99,7 @@ def eval_cmd(
     api_key_env: ApiKeyEnvOpt = None,
     threads: MaybeThreadsOpt = None,
     serve_workers: ServeWorkersOpt = None,
+    as_json: EvalJsonOpt = False,
 ) -> None:
     """Evaluate METHOD on BENCHMARK; results are stored per item as they finish, and re-running resumes.
 
@@ -107,16 +113,15 @@ def eval_cmd(
 
     pool, max_tokens = _workers(benchmark, pool, (model, base_url, api_key_env), max_tokens, temperature, threads)
     resolved = resolve_method(method)
-    at_pool = functools.partial(EvalSettings, benchmark=benchmark, method=resolved,
-                                temperature=temperature, n_agents=agents, budget_tokens=budget_tokens,
+    at_pool = functools.partial(EvalSettings, benchmark=benchmark, method=resolved, temperature=temperature,
+                                level=_eval_level(method, level, pool), n_agents=agents, budget_tokens=budget_tokens,
                                 call_timeout_s=timeout, cache=not no_cache)
     plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir, first_seed=seed or 0)
     execution = _execution(concurrency=concurrency, ray_address=ray, shard=_parse_shard(shard),
                            budget_tokens_total=budget_tokens_total, retry_errors=retry_errors)
     with _eval_workers(pool, resolved, serve_workers) as pool:
-        settings = at_pool(pool=pool, level=_eval_level(method, level, pool),
-                           max_tokens=_identity_max_tokens(pool, max_tokens))
-        _evaluate_and_report(settings, plan, _eval_store(store, out), execution)
+        settings = at_pool(pool=pool, max_tokens=_identity_max_tokens(pool, max_tokens))
+        _evaluate_and_report(settings, plan, _eval_store(store, out), execution, as_json=as_json)
 
 
 def _workers(benchmark: str, pool: str, endpoint: tuple[str | None, str | None, str | None], max_tokens: int | None,
@@ -163,19 +168,39 @@ def _torch_sees_a_gpu() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _evaluate_and_report(settings: Any, plan: Any, store: Path | None, execution: Any) -> None:
-    """Evaluate under a progress bar, print the summary and where to see the run; exit with its status."""
+def _evaluate_and_report(settings: Any, plan: Any, store: Path | None, execution: Any, *,
+                         as_json: bool = False) -> None:
+    """Evaluate under a progress bar, print the summary (or, `as_json`, one JSON object) and where to see the
+    run; exit with its status."""
     from lemon.cli.progress import eval_progress_bar
     from lemon.evaluation.evaluate import evaluate, exit_status, summary_lines
 
     console, err_console = consoles()
     with eval_progress_bar(err_console) as on_progress:
         summary = asyncio.run(evaluate(settings, plan, store=store, execution=execution, on_progress=on_progress))
-    _print_summary(console, summary, summary_lines)
-    console.print(f"see it: lemon view {summary.run_id} --store {summary.store_path}", markup=False, highlight=False)
     code = exit_status(summary)
+    if as_json:
+        emit_json(summary_json(summary, code))
+    else:
+        _print_summary(console, summary, summary_lines)
+        console.print(f"see it: lemon view {summary.run_id} --store {summary.store_path}", markup=False,
+                      highlight=False)
     if code:
         raise typer.Exit(code)
+
+
+def summary_json(summary: Any, exit_code: int) -> dict[str, Any]:
+    """What `lemon eval --json` prints: the run, what this call did, the run's totals, and the exit status."""
+    st = summary.stats
+    return {"run_id": summary.run_id, "store": summary.store_path, "benchmark": summary.benchmark,
+            "split": summary.split, "method": summary.method, "pool": summary.pool,
+            "level": shown_level(summary.method, summary.level), "n_items": summary.n_items, "seeds": summary.seeds,
+            "computed": summary.computed, "resumed": summary.skipped, "in_error": summary.in_error,
+            "not_computed": summary.not_computed, "top_error": summary.top_error,
+            "budget_tokens_total": summary.budget_tokens_total, "eval_tokens": summary.eval_tokens,
+            "accuracy": st.accuracy_mean, "accuracy_std": st.accuracy_std, "per_seed_accuracy": st.per_seed_accuracy,
+            "worker_tokens_per_item": st.tokens_mean, "orchestrator_tokens_per_item": st.orchestrator_tokens_mean,
+            "items_not_ok": st.errors, "spec_sources": st.spec_sources, "exit_status": exit_code}
 
 
 def _eval_store(store: Path | None, out: Path | None) -> Path | None:
@@ -203,18 +228,22 @@ def _uses_level(method: str) -> bool:
 
 
 def _eval_level(method: str, level: str | None, pool: str) -> str:
-    """The level the run is stored under: `--level` (default medium) for a baseline. For the other methods
-    an explicit `--level` is refused (it would change nothing but the run id); they are stored under `medium`
-    as before (their run ids stay), or the pool's first level when it has no `medium` (the library checks
-    the level against the pool whatever the method)."""
+    """The level the run is stored under: `--level` (default medium) for a baseline, checked against the pool
+    here, before the progress bar or any model starts (the library's own check came only once the run had
+    begun). For the other methods an explicit `--level` is refused (it would change nothing but the run id);
+    they are stored under `medium` as before (their run ids stay), or the pool's first level when it has no
+    `medium`."""
     from lemon.llm.pools import pool_level_names
 
+    levels = pool_level_names(pool)
     if _uses_level(method):
+        if (level or "medium") not in levels:
+            said = f"--level {level!r} is not" if level is not None else "the default --level 'medium' is not"
+            raise LemonError(f"{said} a level of pool {pool}; pass --level one of: {', '.join(levels)}")
         return level or "medium"
     if level is not None:
         raise LemonError(f"--level applies to the fixed baselines; method {method!r} chooses the level of each "
                          "agent itself: drop --level")
-    levels = pool_level_names(pool)
     return "medium" if "medium" in levels else levels[0]
 
 
@@ -247,8 +276,13 @@ def report_cmd(
     compare: Annotated[list[str] | None, typer.Option(help=_COMPARE_HELP)] = None,
     replies: Annotated[bool, typer.Option(help=_REPLIES_HELP)] = False,
     data_dir: DataDirOpt = None,
+    as_json: Annotated[bool, opt("as_json", help="Print the report as one JSON object on stdout: each run's "
+                                                 "numbers, the paired tests, and the markdown.")] = False,
 ) -> None:
-    """Tables of accuracy (mean ± std over seeds) and tokens per benchmark, paired tests, and a plot."""
+    """Tables of accuracy (mean ± std over seeds) and tokens per benchmark, paired tests, and a plot.
+
+    The terminal gets the report rendered for its width (tables wrap, nothing is cut); the Markdown goes to
+    --file (or --out), e.g. docs/results.md."""
     from lemon.cli.options import output_file
     from lemon.evaluation.report import build_report
     from lemon.evaluation.store import default_store_path, open_existing_store
@@ -263,13 +297,37 @@ def report_cmd(
     grading = consoles().err.status("grading every agent's reply...") if replies else contextlib.nullcontext()
     with open_existing_store(path) as db, grading:  # read-only: a report writes nothing into the store
         report = build_report(db, out=markdown, plot=plot, compare=pairs, replies=replies, data_dir=data_dir)
-    # The markdown as written, not rendered: a rendered table shrinks its columns to the terminal and cut the run
-    # ids that the other commands take.
-    console.print(report.markdown, markup=False, highlight=False, soft_wrap=True)
-    for written in (markdown, report.plot_path):
-        if written is not None:
-            console.print(f"wrote {written}", markup=False, highlight=False)
+    written = [w for w in (markdown, report.plot_path) if w is not None]
+    if as_json:
+        emit_json(report_json(report, written))
+        return
+    from lemon.cli.fit import markdown_blocks
+
+    for block in markdown_blocks(report.markdown):
+        console.print(block)
+    for w in written:
+        console.print(f"wrote {w}", markup=False, highlight=False)
     console.print(f"see the runs item by item: lemon view --store {path}", markup=False, highlight=False)
+
+
+def report_json(report: Any, written: list[Path]) -> dict[str, Any]:
+    """What `lemon report --json` prints: each run's numbers (as the tables show them, unrounded), the paired
+    tests, the files written, and the markdown document itself."""
+    runs = [{"run_id": s.run.run_id, "benchmark": s.run.benchmark, "split": s.run.split, "method": s.run.method,
+             "pool": s.run.pool, "level": shown_level(s.run.method, s.run.level),
+             "temperature": s.run.config.get("temperature"), "n_items": s.n_items, "seeds": s.seeds, "rows": s.rows,
+             "complete": s.complete, "accuracy": s.accuracy_mean, "accuracy_std": s.accuracy_std,
+             "per_seed_accuracy": s.per_seed_accuracy, "worker_tokens_per_item": s.tokens_mean,
+             "orchestrator_tokens_per_item": s.orchestrator_tokens_mean, "cost_per_item": s.cost,
+             "param_tokens_per_item": s.param_tokens_mean, "wall_s_per_item": s.wall_s_mean, "errors": s.errors,
+             "replies": s.replies, "reply_limit": s.reply_limit, "replies_at_limit": s.replies_at_limit,
+             "spec_sources": s.spec_sources} for s in report.stats]
+    tests = [{"run_a": c.run_a.run_id, "run_b": c.run_b.run_id, "method_a": c.run_a.method,
+              "method_b": c.run_b.method, "pairs": c.pairs, "a_only": c.a_only, "b_only": c.b_only,
+              "both_right": c.both_right, "both_wrong": c.both_wrong, "p_value": c.p_value, "seeds": c.seeds}
+             for c in report.comparisons]
+    return {"store": report.store_path, "generated_at": report.generated_at, "runs": runs, "comparisons": tests,
+            "wrote": written, "markdown": report.markdown}
 
 
 def _compare_pair(value: str) -> tuple[str, str]:

@@ -70,8 +70,8 @@ def _configure(
 BudgetOpt = Annotated[int | None, typer.Option(help="Cap on the run's tokens: orchestrator and workers.")]
 TimeoutOpt = Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")]
 TraceOutOpt = Annotated[Path | None, opt("out", help="Folder for the trace JSON (default LEMON_HOME/runs).")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (answer, output, tokens, trace path) "
-                                                      "on stdout; the spec and progress go to stderr.")]
+RunJsonOpt = Annotated[bool, opt("as_json", help="Print one JSON object (answer, output, tokens, trace path) on "
+                                                  "stdout; the spec and progress go to stderr.")]
 
 
 def _check_run_options(max_tokens: int, budget_tokens: int | None, timeout: float | None,
@@ -105,7 +105,7 @@ def run(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
-    as_json: JsonOpt = False,
+    as_json: RunJsonOpt = False,
     threads: MaybeThreadsOpt = None,
 ) -> None:
     """Orchestrate TASK into a spec, execute it, and show the answer, the spec and tokens per agent."""
@@ -136,7 +136,7 @@ def exec_(
     model: ModelOpt = None,
     base_url: BaseUrlOpt = None,
     api_key_env: ApiKeyEnvOpt = None,
-    as_json: JsonOpt = False,
+    as_json: RunJsonOpt = False,
     threads: MaybeThreadsOpt = None,
 ) -> None:
     """Execute an existing SPEC on TASK."""
@@ -166,11 +166,12 @@ def validate(
 def models(
     pool: PoolOpt = DEFAULT_POOL,
     verify: Annotated[bool, typer.Option("--verify", help="Re-hash every file (trust no stored stamp).")] = False,
+    as_json: Annotated[bool, opt("as_json", help="Print the models as one JSON object on stdout.")] = False,
 ) -> None:
     """Show the model files of POOL's levels: installed, sha256-verified, size."""
     from lemon.cli.session import show_models
 
-    show_models(consoles().out, pool, verify=verify)
+    show_models(consoles().out, pool, verify=verify, as_json=as_json)
 
 
 def _register_layers() -> None:

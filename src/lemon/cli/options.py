@@ -61,6 +61,8 @@ SHARED: dict[str, Shared] = {
     "store": Shared("--store", STORE_HELP),
     "out": Shared("--out", "Folder to write the output into."),
     "file": Shared("--file", "File to write the output to."),
+    "as_json": Shared("--json", "Print one JSON object on stdout and nothing else there (progress and notes go to "
+                                "stderr)."),
     "model": Shared("--model", "Try one OpenAI-compatible endpoint without a pool file: the model name it "
                                "serves (with --base-url); every level of the pool is that model."),
     "base_url": Shared("--base-url", "The endpoint of --model, e.g. http://127.0.0.1:8080/v1."),
@@ -90,6 +92,7 @@ TAKES: dict[str, frozenset[str]] = {
     "store": (_READERS - {"report"}) | {"eval", "report", "explain", "runs", "runs list", "runs delete"},
     "out": _RUNNERS | _READERS | {"train", "sft", "plot", "serve"},
     "file": _READERS | {"plot"},
+    "as_json": frozenset({"run", "exec", "eval", "report", "models", "trace", "explain", "runs", "runs list"}),
     "model": _RUNNERS,
     "base_url": _RUNNERS,
     "api_key_env": _RUNNERS,
@@ -118,6 +121,7 @@ INTERRUPTED: dict[str, str] = {
     "train": "the last checkpoint is kept; re-run the same command with --resume to continue",
     "sft": "the teacher's calls are in the LLM cache; re-run the same command to continue cheaply",
     "explain": "the edits already run are in the LLM cache; re-run the same command to continue cheaply",
+    "view": "the page written last is kept; it stops refreshing",
 }
 
 
@@ -159,6 +163,7 @@ TemperatureOpt = Annotated[float, opt("temperature")]
 LimitOpt = Annotated[int | None, opt("limit")]
 StoreOpt = Annotated[Path | None, opt("store")]
 FileOpt = Annotated[Path | None, opt("file")]
+JsonOpt = Annotated[bool, opt("as_json")]
 ModelOpt = Annotated[str | None, opt("model")]
 BaseUrlOpt = Annotated[str | None, opt("base_url")]
 ApiKeyEnvOpt = Annotated[str | None, opt("api_key_env")]
@@ -197,6 +202,32 @@ def stop_on_signals() -> None:
 def consoles() -> Consoles:
     """The one stdout/stderr console pair of the CLI (made on first use; the log handler prints through `err`)."""
     return Consoles(Console(), Console(stderr=True))
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON can hold it: dataclasses and mappings as objects, tuples as lists, paths as text, and
+    NaN or infinity as null (Python's json writes them as `NaN`, which no JSON parser reads)."""
+    import dataclasses
+    import math
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def emit_json(data: Any) -> None:
+    """`--json`: one JSON document on stdout, written as is (never wrapped or styled by rich)."""
+    import json
+
+    consoles().out.file.write(json.dumps(plain(data), ensure_ascii=False, indent=1, allow_nan=False) + "\n")
 
 
 def check_worker_options(*, max_tokens: int | None = None, temperature: float | None = None) -> None:

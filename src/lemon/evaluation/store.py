@@ -471,7 +471,7 @@ class ResultsStore:
         if len(rows) == 1:
             return self._decoded("runs", repr(rows[0]["run_id"]), lambda: _run_info(rows[0]))
         if not rows:
-            raise LemonError(f"no run {selector!r} in {self.path}; list the runs with `lemon report --store "
+            raise LemonError(f"no run {selector!r} in {self.path}; list its runs with `lemon runs --store "
                              f"{self.path}`")
         ids = ", ".join(r["run_id"] for r in rows[:5])
         raise LemonError(f"run id prefix {selector!r} matches {len(rows)} runs ({ids}); give more characters")

@@ -38,6 +38,16 @@ class AgentRecord:
     note: str | None = None                     # e.g. why it did not run
     votes: dict[str, str | None] | None = None  # a vote agent: each voter's extracted answer
     unrun: bool = False                         # needed, but a stop rule fired before it was
+    # The call's sampling settings (temperature, max_tokens, top_p, seed); a trace written before they were
+    # recorded per call gives only the run's temperature and max_tokens.
+    params: dict[str, Any] | None = None
+
+    @property
+    def cut(self) -> bool:
+        """The reply stopped at its `max_tokens`: cut mid-answer, most likely (a reply of exactly that length
+        reads the same)."""
+        limit = (self.params or {}).get("max_tokens")
+        return self.completion_tokens is not None and isinstance(limit, int) and self.completion_tokens >= limit
 
     @property
     def latency_s(self) -> float | None:
@@ -54,7 +64,7 @@ class AgentRecord:
         d = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["depends_on"] = list(self.depends_on)
         d["prompt"] = list(self.prompt) if self.prompt is not None else None
-        d["latency_s"], d["queued_s"] = self.latency_s, self.queued_s
+        d["latency_s"], d["queued_s"], d["cut"] = self.latency_s, self.queued_s, self.cut
         return d
 
 
@@ -90,8 +100,18 @@ def agent_records(trace: dict[str, Any]) -> list[AgentRecord]:
             tokens=_int(ret.get("tokens")), cached=ret.get("cached"),
             start_s=(spawns.get(name) or {}).get("t"), end_s=ret.get("t"), sent_s=ret.get("sent"),
             prompt=tuple(prompt) if prompt is not None else None, output=contents.get(name), note=note,
-            votes=ret.get("votes"), unrun=name in unrun))
+            votes=ret.get("votes"), unrun=name in unrun, params=_params(ret, trace.get("system") or {})))
     return out
+
+
+def _params(ret: dict[str, Any], system: dict[str, Any]) -> dict[str, Any] | None:
+    """A model call's sampling settings: its return event's, else the run's (older traces); None for a vote or
+    an agent that made no call."""
+    if not ret or ret.get("votes") is not None or ret.get("model") == "vote":
+        return None
+    if isinstance(ret.get("params"), dict):
+        return dict(ret["params"])
+    return {k: system[k] for k in ("temperature", "max_tokens") if k in system} or None
 
 
 def vote_tally(votes: dict[str, str | None]) -> list[tuple[str | None, list[str]]]:

@@ -33,11 +33,10 @@ def answer_extractor(kind: str | None) -> Extractor | None:
 
 
 def vote_key(kind: str | None) -> Extractor | None:
-    """How a `majority_vote` of `lemon run` compares answers of this kind (None: whole texts, e.g. code)."""
-    from lemon.orchestrator.kinds import find_kind
-
-    found = find_kind(kind)
-    return found.vote_key if found is not None else None
+    """How a `majority_vote` of `lemon run` compares answers of this kind: by the extracted answer (a number, a
+    letter, the program), as `lemon eval` does; whole texts for another kind. Code compared as whole texts
+    made the vote's tally (what the viewer and `lemon trace` show) each voter's prose, not its program."""
+    return answer_extractor(kind)
 
 
 def extracted_answer(task: str, text: str) -> str | None:
@@ -164,6 +163,12 @@ class Source:
         self.db.close()
 
 
+def _names_a_file(target: str) -> bool:
+    """A target written as a file (a folder in it, or a suffix such as .sqlite or .json), not a run or trace id."""
+    path = Path(target)
+    return len(path.parts) > 1 or (bool(path.suffix) and not _ID.fullmatch(target))
+
+
 def open_source(target: str | None, store: Path, *, writable: bool = False) -> Source:
     """The store or trace file `target` names: a trace file (path or trace id of `lemon run`), a store file, or
     a run id (or unique prefix) of `store`; None: `store` with no run chosen. Run ids of the store win over
@@ -177,6 +182,10 @@ def open_source(target: str | None, store: Path, *, writable: bool = False) -> S
     if path.is_file() and not looks_like_trace(path):
         return Source(open_existing_store(path, writable=writable), None)
     trace_path = find_trace(target)
+    if trace_path is None and _names_a_file(target):  # a file that is not there, whatever the store holds
+        raise LemonError(f"no file {target}: nothing to read there; check the path (a results store is the file "
+                         f"`lemon eval --store FILE` writes, a trace the file `lemon run` prints), or create the "
+                         f"store with `lemon eval BENCHMARK --method METHOD --store {target}`")
     if store.is_file() and (trace_path is None or not path.is_file()):
         db = open_existing_store(store, writable=writable)
         try:

@@ -513,10 +513,13 @@ class _Run:
             self.logprobs[agent.name] = out.logprob
         self.tokens[agent.name] = AgentTokens(prompt=out.prompt_tokens, completion=out.completion_tokens,
                                               capacity=agent.capacity, cached=hit, model=out.model)
+        sampled = self.requests.get(agent.name)
+        params = None if votes is not None or sampled is None else sampling_of(sampled[1].params)
         ret = self._emit("return", agent.name, tokens=out.tokens, cached=hit, content_ref=f"contents/{agent.name}",
                          prompt_tokens=out.prompt_tokens, completion_tokens=out.completion_tokens, model=out.model,
                          sent=self.sent_at.get(agent.name), votes=votes,
-                         **({"logprob": round(out.logprob, 4)} if out.logprob is not None else {}))
+                         **({"logprob": round(out.logprob, 4)} if out.logprob is not None else {}),
+                         **({"params": params} if params is not None else {}))
         self.returns[agent.name] = ret
         self.trace.edge(spawn, ret, "return")
         for ledger in self.ledgers:  # only a backend that ignores max_tokens (or the prompt bound) gets here
@@ -585,6 +588,13 @@ class _Run:
         if hit:
             self.hits += 1
         return out, hit
+
+
+def sampling_of(params: GenParams) -> dict[str, float | int | None]:
+    """The sampling settings of one call as its trace records them: what a reader needs to see how the reply
+    was drawn, and whether it stopped at its `max_tokens` (which a budget may have clipped below the run's)."""
+    return {"temperature": params.temperature, "max_tokens": params.max_tokens, "top_p": params.top_p,
+            "seed": params.seed}
 
 
 def _unwrap(group: BaseException) -> BaseException:

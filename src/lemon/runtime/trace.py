@@ -24,7 +24,8 @@ EDGE_TYPES = frozenset({"temporal", "causal", "spawn", "message", "tool_dependen
                         "safety_flow"})
 
 #: One trace event: its id, time, type and agent, and the fields its type carries (spawn: role, capacity,
-#: duty; message: from, to, content_ref; return: tokens, cached, model, sent, votes; stop: reason, detail,
+#: duty; message: from, to, content_ref; return: tokens, cached, model, sent, votes, params (a model call's
+#: temperature, max_tokens, top_p, seed); stop: reason, detail,
 #: and a stop rule's decision (with a logprob gate: scores, sure); orchestrator_decision: how the spec was
 #: written).
 TraceEvent = TypedDict("TraceEvent", {
@@ -34,7 +35,7 @@ TraceEvent = TypedDict("TraceEvent", {
     "sent": float, "votes": "dict[str, str | None]", "reason": str, "detail": str, "rule": str, "fired": bool,
     "ran": "list[str]", "skipped": "list[str]", "tokens_saved_estimate": int, "source": str,
     "warnings": "list[str]", "raw": str, "level": str, "kind": str, "orchestrator": str,
-    "scores": "dict[str, float | None]", "sure": str,
+    "scores": "dict[str, float | None]", "sure": str, "params": "dict[str, float | int | None]",
 }, total=False)
 
 

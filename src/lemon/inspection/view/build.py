@@ -77,9 +77,10 @@ def _discordant(run_id: str, rows: dict[str, list[ItemRow]],
 
 def store_page(db: ResultsStore, *, run_ids: Sequence[str] | None = None, focus: tuple[str, str, int] | None = None,
                max_traces: int = DEFAULT_MAX_TRACES, train_dirs: Sequence[Path] = (),
-               max_steps: int = DEFAULT_MAX_STEPS, source: str | None = None) -> str:
+               max_steps: int = DEFAULT_MAX_STEPS, source: str | None = None, watch: int | None = None) -> str:
     """The page for the runs of a store (all, or `run_ids`), optionally opening on one item; `source` names
-    where the runs came from (default: the store's path; a `lemon run` trace file names itself)."""
+    where the runs came from (default: the store's path; a `lemon run` trace file names itself); `watch`: the
+    page reloads itself every that many seconds (`lemon view --watch` rewrites it)."""
     runs = [r for r in db.runs() if run_ids is None or r.run_id in run_ids]
     rows = {r.run_id: db.items(r.run_id) for r in runs}
     comparisons = _comparisons(runs, rows)
@@ -105,7 +106,7 @@ def store_page(db: ResultsStore, *, run_ids: Sequence[str] | None = None, focus:
     data = {"schema": 1, "source": source or str(db.path), "generated": _now(),
             "runs": [{**_run_json(r), "tokens_by_level": _tokens_by_level(rows[r.run_id])} for r in runs],
             "items": items, "compare": comparisons, "explanations": explanations, "explanations_by_run": by_run,
-            "train": [training_data(d, traces, max_steps) for d in train_dirs], "start": start}
+            "train": [training_data(d, traces, max_steps) for d in train_dirs], "start": start, "watch": watch}
     return render_page(data, traces)
 
 
@@ -147,13 +148,13 @@ def _trace_keys(run_id: str, rows: dict[str, list[ItemRow]], comparisons: list[d
     return list(seen)
 
 
-def training_page(run_dirs: Sequence[Path], max_steps: int = DEFAULT_MAX_STEPS) -> str:
+def training_page(run_dirs: Sequence[Path], max_steps: int = DEFAULT_MAX_STEPS, watch: int | None = None) -> str:
     """The page of `lemon train` run directories only; each step's samples are an inert block (lazy)."""
     blocks: list[str] = []
     train = [training_data(d, blocks, max_steps) for d in run_dirs]
     data = {"schema": 1, "source": ", ".join(str(d) for d in run_dirs), "generated": _now(), "runs": [],
             "items": {}, "compare": [], "explanations": {}, "explanations_by_run": {}, "train": train,
-            "start": "#train/0"}
+            "start": "#train/0", "watch": watch}
     return render_page(data, blocks)
 
 
