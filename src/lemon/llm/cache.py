@@ -289,6 +289,7 @@ class CachedBackend:
             self.hits += 1
             text, pt, ct = found
             logprob = self.cache.get_score(score_key(self.model_id, request, text))
+            self.score_hits += logprob is not None  # the reply's banked score, served with it
             return Completion(text, pt, ct, 0.0, self.model_id, cached=True, logprob=logprob)
         completion = await self.inner.complete(request)
         self.cache.put(key, completion)

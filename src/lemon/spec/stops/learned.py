@@ -37,9 +37,11 @@ class Learned(StopCriterion):
         return [*(name for name in policy_names() if name != value), None]
 
     def describe(self, old: Any, new: Any) -> str:
+        if old == new:
+            return ""
         if new is None:
             return "; every parent runs, no learned policy stops them"
-        return f"; the learned policy {new!r} decides instead of {old!r}" if old != new else ""
+        return f"; the learned policy {new!r} decides instead of {old!r}"
 
     async def next_parent(self, value: Any, view: StopView, voter: str, ran: Sequence[str],
                           order: Sequence[str]) -> tuple[str | None, dict[str, object]]:
