@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from lemon.cli.view_cmds import stop_rule_line
 from lemon.errors import SpecError
 from lemon.llm.base import ChatRequest
 from lemon.llm.scripted import ScriptedBackend
@@ -75,6 +76,9 @@ async def test_the_runtime_does_what_the_policy_decides_on_the_same_moments(pros
         action, p = policy.decide(moment)
         assert (d["action"], d["p_right"]) == (action, round(p, 4))
     assert result.answer and number_key(result.answer) == moment.leader()
+    # `lemon trace` and `lemon explain` say each decision in words
+    line = stop_rule_line(stop)
+    assert all(f"{d['action']} (P(leader right) {d['p_right']})" in line for d in decisions)
 
 
 def test_the_rule_is_validated_rendered_and_edited_like_any_other() -> None:

@@ -171,8 +171,16 @@ def stop_rule_line(e: dict[str, Any]) -> str:
     """One stop rule's decision in words: which voter stopped, by which rule, what ran and what was saved."""
     skipped = ", ".join(e.get("skipped") or ()) or "none"
     how = "fired after" if e.get("fired", True) else "did not fire (its max was reached) after"
-    return (f"stop rule {e.get('rule', '-')} of {e.get('agent', '-')} {how} {', '.join(e.get('ran') or ())}; "
+    line = (f"stop rule {e.get('rule', '-')} of {e.get('agent', '-')} {how} {', '.join(e.get('ran') or ())}; "
             f"not run: {skipped} (about {e.get('tokens_saved_estimate', 0)} tokens saved)")
+    return line + "".join(f"; {_controller_step(d)}" for d in e.get("decisions") or ())
+
+
+def _controller_step(d: dict[str, Any]) -> str:
+    """One decision of a learned rule: after which parents, what it did and on what probability."""
+    after = ", ".join(d.get("after") or ()) or "-"
+    then = f" -> {d['next']}" if d.get("next") else ""
+    return f"after {after}: {d.get('action', '-')} (P(leader right) {d.get('p_right', '-')}){then}"
 
 
 def _timing(a: dict[str, Any]) -> str:
