@@ -25,8 +25,9 @@ from tests.benchmarks.mirror import serve_folder
 
 def lemon(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if k not in ("LEMON_DATA_DIR", "LEMON_DATA_MIRROR")}
-    return subprocess.run([sys.executable, "-m", "lemon.cli.main", *args], env={**full, "COLUMNS": "200", **(env or {})},
-                          capture_output=True, text=True, timeout=300, cwd=cwd, stdin=subprocess.DEVNULL)
+    return subprocess.run([sys.executable, "-m", "lemon.cli.main", *args],
+                          env={**full, "COLUMNS": "200", **(env or {})}, capture_output=True, text=True,
+                          timeout=300, cwd=cwd, stdin=subprocess.DEVNULL)
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str]) -> str:
@@ -60,7 +61,7 @@ def test_the_catalogue_pins_exactly_the_shared_data(data_dir: Path) -> None:
 
 @pytest.mark.parametrize("name", ["../evil", "/etc/passwd", "a/../../b", "dev/../x.csv", ""])
 def test_a_catalogue_name_that_leaves_its_folder_is_refused(name: str) -> None:
-    with pytest.raises(LemonError, match="sources.yaml is damaged"):
+    with pytest.raises(LemonError, match=r"sources\.yaml is damaged"):
         _file("svamp", "https://example.org/", name, ["0" * 64, 1])
 
 
@@ -150,9 +151,9 @@ def test_a_server_that_sends_too_much_is_cut_off(mode: str, said: str, tmp_path:
 
 def test_a_stalled_server_times_out_in_one_line(tmp_path: Path) -> None:
     dest = tmp_path / "data"
-    with serve_folder(tmp_path, "stall") as mirror:
-        with pytest.raises(DataError, match=r"cannot fetch svamp/SVAMP.json .*no answer within the limits"):
-            run_plan(plan_fetch(["svamp"], dest), mirror=mirror.url, limits=Limits(read_s=0.3))
+    with serve_folder(tmp_path, "stall") as mirror, \
+            pytest.raises(DataError, match=r"cannot fetch svamp/SVAMP\.json .*no answer within the limits"):
+        run_plan(plan_fetch(["svamp"], dest), mirror=mirror.url, limits=Limits(read_s=0.3))
     assert not dest.exists()
 
 
@@ -194,3 +195,23 @@ def test_the_missing_data_error_names_the_fetch_command(tmp_path: Path) -> None:
     with pytest.raises(DataError) as info:
         load_split("mmlu", "val", data_dir=elsewhere)
     assert f"`lemon data fetch mmlu --data-dir {elsewhere}`" in str(info.value)
+
+
+def test_the_progress_callback_counts_every_byte(data_dir: Path, tmp_path: Path) -> None:
+    """What the CLI's bar is fed: each chunk as it arrives, summing to the plan's bytes."""
+    plan = plan_fetch(["svamp", "humaneval"], tmp_path)
+    seen: list[int] = []
+    with serve_folder(data_dir) as mirror:
+        run_plan(plan, mirror=mirror.url, on_bytes=seen.append)
+    assert sum(seen) == plan.todo_bytes == 339970 + 44877 and len(seen) > 2
+    assert plan_fetch(["svamp", "humaneval"], tmp_path).todo == ()
+
+
+def test_a_file_of_no_packaged_benchmark_keeps_the_plain_hint() -> None:
+    """A benchmark defined elsewhere reading its own file under a folder named svamp: no fetch command that
+    would not get it."""
+    from lemon.benchmarks.files import data_error
+
+    msg = str(data_error(Path("/x/svamp/mine/f.json"), "missing", "JSON"))
+    assert "lemon data fetch" not in msg and msg.endswith("(see docs/benchmarks.md, \"Getting the data\")")
+    assert "set LEMON_DATA_DIR" in msg

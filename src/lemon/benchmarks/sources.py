@@ -109,9 +109,13 @@ def fetch_command(bench: str, root: Path, *, force: bool = False) -> str:
 
 
 def owner(path: Path) -> tuple[str, Path] | None:
-    """The benchmark whose folder holds `path` (the nearest folder named after one) and the data directory
-    above it; None for a file of a benchmark without packaged data."""
-    for folder in (path, *path.parents):
-        if folder.name in catalogue():
-            return folder.name, folder.parent
+    """The benchmark whose packaged files `path` is (or is a folder of), and the data directory above it; None
+    for any other file (a benchmark defined elsewhere reading its own data)."""
+    for folder in path.parents:
+        bench = catalogue().get(folder.name)
+        if bench is None:
+            continue
+        rel = f"{bench.name}/{path.relative_to(folder).as_posix()}"
+        if any(f.path == rel or f.path.startswith(rel + "/") for f in bench.files):
+            return bench.name, folder.parent
     return None
