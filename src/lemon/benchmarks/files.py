@@ -7,8 +7,9 @@ parses its own format with these helpers, so a missing or malformed file is a on
 file and the expected format instead of a KeyError deep inside an evaluation.
 
 Files are read from `lemon.paths.data_dir()` (explicit argument, else `LEMON_DATA_DIR`, else `./data`) with
-the layout of `shared/data`. Parsed files are cached only for the duration of one `load_split` call (a dict
-passed down), never globally.
+the layout `lemon data fetch` gives it (`lemon.benchmarks.sources`); a missing file's error names that
+command. Parsed files are cached only for the duration of one `load_split` call (a dict passed down), never
+globally.
 
 Item ids are stable and readable: `gsm8k/test/17` (0-based line), `svamp/chal-17` (upstream ID),
 `aqua/test/3` (0-based line), `multiarith/42` (upstream iIndex), `mmlu/val/anatomy/4` (0-based row of the
@@ -22,17 +23,28 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lemon.benchmarks.sources import fetch_command, owner
 from lemon.errors import DataError
-from lemon.files import read_regular
+from lemon.files import not_regular, read_regular
 
 MAX_DATA_FILE_BYTES = 256 << 20  # the largest upstream file is a few MB
-DATA_HINT = ("set LEMON_DATA_DIR (or pass --data-dir) to the folder holding gsm8k/ svamp/ aqua/ multiarith/ "
-             "mmlu/ humaneval/ (see shared/data/README.md)")
+DATA_HINT = ("or set LEMON_DATA_DIR (or pass --data-dir) to the folder holding gsm8k/ svamp/ aqua/ multiarith/ "
+             "mmlu/ humaneval/ (see docs/benchmarks.md, \"Getting the data\")")
+
+
+def data_hint(path: Path, *, missing: bool) -> str:
+    """Where to get a missing (or a fresh copy of a bad) data file: the `lemon data fetch` command of the
+    benchmark whose folder holds it, into the same data directory, then the other way (point elsewhere)."""
+    found = owner(path)
+    if found is None:
+        return DATA_HINT.removeprefix("or ")
+    bench, root = found
+    return f"get it with `{fetch_command(bench, root, force=not missing)}`, {DATA_HINT}"
 
 
 def data_error(path: Path, problem: str, fmt: str) -> DataError:
-    """The one-line error of a bad data file: which file, what is wrong, what was expected, where to point."""
-    return DataError(f"{path}: {problem}; expected {fmt}; {DATA_HINT}")
+    """The one-line error of a bad data file: which file, what is wrong, what was expected, how to get it."""
+    return DataError(f"{path}: {problem}; expected {fmt}; {data_hint(path, missing=problem.startswith('missing'))}")
 
 
 def read_bytes(path: Path, fmt: str) -> bytes:
@@ -41,8 +53,9 @@ def read_bytes(path: Path, fmt: str) -> bytes:
         raise data_error(path, "missing", fmt)
     try:
         return read_regular(path, limit=MAX_DATA_FILE_BYTES, what="data file", error=DataError)
-    except DataError as exc:
-        raise DataError(f"{exc}; {DATA_HINT}") from None
+    except DataError as exc:  # a FIFO or a device is the user's to move: a download would not replace it
+        hint = DATA_HINT.removeprefix("or ") if not_regular(path) else data_hint(path, missing=False)
+        raise DataError(f"{exc}; {hint}") from None
 
 
 def read_text(path: Path, fmt: str) -> str:

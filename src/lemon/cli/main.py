@@ -176,10 +176,11 @@ def models(
 
 def _register_layers() -> None:
     """Commands of the benchmark layer live next to it (`bench_cmds.py`); they register themselves here."""
-    from lemon.cli import bench_cmds, cache_cmds, runs_cmds, serve_cmds, train_cmds, view_cmds
+    from lemon.cli import bench_cmds, cache_cmds, data_cmds, runs_cmds, serve_cmds, train_cmds, view_cmds
 
     bench_cmds.register(app)
     cache_cmds.register(app)
+    data_cmds.register(app)
     runs_cmds.register(app)
     serve_cmds.register(app)
     train_cmds.register(app)

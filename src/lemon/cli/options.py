@@ -81,7 +81,7 @@ _READERS = frozenset({"trace", "view", "report", "export csv", "export inspect",
 TAKES: dict[str, frozenset[str]] = {
     "pool": _RUNNERS | {"validate", "models", "explain", "train", "serve"},
     "no_cache": _RUNNERS | {"explain", "train", "sft"},
-    "data_dir": frozenset({"eval", "explain", "train", "sft", "report"}),
+    "data_dir": frozenset({"eval", "explain", "train", "sft", "report", "data fetch"}),
     "threads": _RUNNERS | {"explain", "train", "sft", "serve"},
     "seed": _RUNNERS | {"explain", "trace", "view", "train", "sft"},
     "seeds": frozenset({"eval"}),
@@ -122,6 +122,7 @@ INTERRUPTED: dict[str, str] = {
     "sft": "the teacher's calls are in the LLM cache; re-run the same command to continue cheaply",
     "explain": "the edits already run are in the LLM cache; re-run the same command to continue cheaply",
     "view": "the page written last is kept; it stops refreshing",
+    "fetch": "every file verified so far is in place, nothing else; re-run the same command to fetch the rest",
 }
 
 
