@@ -111,6 +111,7 @@ async def test_the_vote_stops_once_its_answer_s_posterior_reaches_c(
     result = await _run(backend, answers, c)
     assert result.status == "ok" and result.answer == answer
     assert ran(result) == [f"v{i}" for i in range(stops_after)]
+    assert [text for _, text in backend.scored] == answers[:stops_after]  # one scoring pass per reply, not per wave
     keys = answers[:stops_after]
     weights = [sure[a] for a in keys]
     fired = bayes(keys, weights)[answer] >= c

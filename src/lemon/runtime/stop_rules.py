@@ -95,6 +95,7 @@ class RunStopView:
         self.run = run
         self.voter = voter
         self._examples: tuple[TaskExamples | None] | None = None
+        self._scores: dict[str, float | None] = {}  # a criterion asks again after each wave: one pass each
 
     def keys(self, parents: Sequence[str]) -> list[str | None]:
         return [self.run._vote_key_of(self.run.outputs[p]) for p in parents]
@@ -103,7 +104,9 @@ class RunStopView:
         return gate_refusal(self.voter, parents, self.run.spec, self.run.pool, self.run.roles, what)
 
     async def score(self, parent: str) -> float | None:
-        return await self.run.score_reply(self.voter, parent)
+        if parent not in self._scores:
+            self._scores[parent] = await self.run.score_reply(self.voter, parent)
+        return self._scores[parent]
 
     def examples(self) -> TaskExamples | None:
         if self._examples is None:
