@@ -36,8 +36,8 @@ def test_every_method_and_kind_validates(method: str, kind: str, roles: RoleLibr
 
 
 def test_expected_methods() -> None:
-    assert method_names() == ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "exsc", "pot", "sc-pot", "pot-esc",
-                              "mixed-esc", "chain", "tree", "complete", "random")
+    assert method_names() == ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "cges", "exsc", "pot", "sc-pot",
+                              "pot-esc", "mixed-esc", "cross-check", "chain", "tree", "complete", "random")
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -134,8 +134,8 @@ async def test_bad_names_list_the_valid_ones(tmp_path: Path, data_dir: Path) -> 
     kw = dict(store=tmp_path / "r.sqlite", data_dir=data_dir)
     with pytest.raises(LemonError, match=r"valid: .*gsm8k.*multiarith"):
         await evaluate_kw("gsm9k", "vanilla", **kw)  # type: ignore[arg-type]
-    valid = (r"valid: vanilla, cot, sc-cot, esc, asc, gate, exsc, pot, sc-pot, pot-esc, mixed-esc, chain, tree, "
-             r"complete, random")
+    valid = (r"valid: vanilla, cot, sc-cot, esc, asc, gate, cges, exsc, pot, sc-pot, pot-esc, mixed-esc, "
+             r"cross-check, chain, tree, complete, random")
     with pytest.raises(LemonError, match=valid):
         await evaluate_kw("gsm8k", "magic", **kw)  # type: ignore[arg-type]
     with pytest.raises(LemonError):

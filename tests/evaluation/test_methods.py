@@ -22,8 +22,9 @@ def test_the_table_lists_every_baseline_then_the_orchestrators() -> None:
     assert baselines.method_names() == BASELINES  # written out for a fast CLI start: they must agree
     assert method_names() == (*baselines.method_names(), "template", "prompted", "trained:PATH")
     # the CLI help is the table's, word for word what it was when it was hard-coded
-    assert method_help() == ("vanilla, cot, sc-cot, esc, asc, gate, exsc, pot, sc-pot, pot-esc, mixed-esc, chain, "
-                             "tree, complete, random, template (the default orchestration), prompted, or trained:PATH.")
+    assert method_help() == ("vanilla, cot, sc-cot, esc, asc, gate, cges, exsc, pot, sc-pot, pot-esc, mixed-esc, "
+                             "cross-check, chain, tree, complete, random, template (the default orchestration), "
+                             "prompted, or trained:PATH.")
 
 
 @pytest.mark.parametrize("value", [*BASELINES, "template", "prompted", "trained:some/dir", "trained:C:\\m.gguf"])

@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from lemon.evaluation.baselines import baseline_spec, voter_team
 from lemon.extract import extract_number
-from lemon.llm.base import ChatRequest
+from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.scripted import ScriptedBackend, count_tokens
 from lemon.runtime import Executor, NodeCache, programs
-from lemon.runtime.executor import sample_slot
+from lemon.runtime.executor import derive_seed, sample_slot
 from lemon.sandbox.runner import SandboxResult
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.roles import RoleLibrary
@@ -144,7 +144,7 @@ def test_a_written_order_draws_each_roles_banked_samples_in_rank(order: str) -> 
 
 
 def test_the_named_program_teams_are_written_orders() -> None:
-    for method, order in (("pot-esc", "PPPPP"), ("mixed-esc", "PPCCC")):
+    for method, order in (("pot-esc", "PPPPP"), ("mixed-esc", "PPCCC"), ("cross-check", "CPCCC")):
         assert voter_team("number", "large", order) == baseline_spec(method, "number", level="large")
     with pytest.raises(ValueError, match=r"letters P .* or C"):
         voter_team("number", "large", "PXC")
@@ -165,3 +165,27 @@ def test_a_gated_order_is_the_order_with_the_gate_on_its_vote() -> None:
 def test_a_flood_of_output_leaves_a_short_answer() -> None:
     out = programs.with_result("r", SandboxResult(True, "passed", "", stdout="noise\n" + "7" * 5000 + "\n"))
     assert out.endswith("The answer is " + "7" * programs.MAX_ANSWER_CHARS + ".")
+
+
+def drawing(prose: list[str], programs_: list[str]) -> ScriptedBackend:
+    """Sampled voters: the k-th CoT voter (`math_solver#k`) says prose[k], the k-th program voter writes
+    programs_[k] (each found by its sampling seed, as the bank finds it)."""
+    seeds = {derive_seed(0, f"math_solver#{k}"): f"The answer is {a}." for k, a in enumerate(prose)}
+    seeds |= {derive_seed(0, f"program_solver#{k}"): program(e) for k, e in enumerate(programs_)}
+    return ScriptedBackend("scripted", responder=lambda r: seeds[r.params.seed])  # type: ignore[index]
+
+
+@pytest.mark.parametrize(("prose", "program_", "ran", "answer"), [
+    (["12", "13", "13"], "12", ["cot_1", "pot_1"], "12"),  # the program confirms the prose answer: stop at two
+    (["12", "13", "14"], "13", ["cot_1", "pot_1", "cot_2"], "13"),  # they disagree: prose breaks the tie
+    (["12", "14", "12", "9"], "13", ["cot_1", "pot_1", "cot_2", "cot_3"], "12"),  # esc over the rest
+    (["12", "14", "15", "16"], "13", ["cot_1", "pot_1", "cot_2", "cot_3", "cot_4"], "12"),  # none agree: all run
+])
+def test_the_cross_check_stops_when_the_program_confirms_prose_else_goes_on_as_esc(
+        prose: list[str], program_: str, ran: list[str], answer: str) -> None:
+    spec = baseline_spec("cross-check", "number", level="large")
+    pool = scripted_pool(drawing(prose, [program_]), defaults=GenParams(temperature=0.7))
+    result = asyncio.run(Executor(pool, ROLES).run(spec, "task", vote_key=extract_number))
+    assert result.status == "ok" and extract_number(result.answer) == answer
+    assert [a for a in result.tokens_by_agent if a != "vote"] == ran
+    assert result.early_stops[0]["fired"] is (len(ran) < 5)

@@ -30,6 +30,10 @@ Shapes (every agent at the same `level` capacity; arrows point from a parent to 
 - `gate` (ours): `esc` behind a logprob gate, `stop: {agree: 2, logprob: GATE_LOGPROB}`: a voter whose reply
   the model was sure of (summed token log-probability >= the threshold) is taken alone, so an easy item costs
   one voter, not the two that agreement needs. Needs a pool whose levels can score replies (embedded).
+- `cges`: sc-cot's team whose vote stops once the answer it gives has a confidence-weighted posterior >=
+  `CGES_POSTERIOR`, `stop: {posterior: c}` (after CGES, Confidence-Guided Early Stopping, arXiv 2511.02603: each
+  voter's answer weighed by its reply's per-token probability, `lemon.spec.stops.posterior`); at most `n` (5).
+  Like `gate`, it needs a pool whose levels can score replies.
 - `exsc` (ours, code benchmarks only): sc-cot's team whose vote carries the `examples` gate, `stop: {examples:
   true}`: voters run one at a time, and the first whose program passes the examples the task's docstring shows
   (run in the sandbox, `lemon.runtime.examples_gate`) is taken alone; with none passing, the five programs'
@@ -38,7 +42,10 @@ Shapes (every agent at the same `level` capacity; arrows point from a parent to 
   agent, whose reply is a Python program that the runtime runs in the sandbox for its answer
   (`lemon.runtime.programs`); `sc-pot` is sc-cot with program voters (PAL with a majority vote, 5 voters),
   `pot-esc` is `esc` with program voters (stop once 2 of at most 5 agree); `mixed-esc` asks two program
-  voters, then CoT voters, and stops once 2 agree (prose breaks a tie between programs). A
+  voters, then CoT voters, and stops once 2 agree (prose breaks a tie between programs); `cross-check` is the
+  program cross-check as a fixed rule: a CoT voter, then a program voter, stop if their answers agree, else go
+  on with CoT voters until any 2 answers agree (esc over the rest, the program's answer counted), at most `n`
+  (5): `voter_team`'s `CPCCC`, the rule `experiments/learn_stop_rule.py` restates as "program cross-check". A
   program costs a fraction of a prose solution's tokens (docs/results.md, "Program voters").
 - `chain`: `n` (default 3) agents in sequence: primary -> checker -> final (for n > 3, extra checkers
   are inserted before the final agent; n = 2 is primary -> final).
@@ -69,8 +76,8 @@ from lemon.spec.model import MAX_AGENTS, Agent, Spec, StopRule
 
 COT_DUTY = "Think step by step, then give the final answer."
 
-DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "exsc": 5, "sc-pot": 5, "pot-esc": 5,
-                             "mixed-esc": 5, "chain": 3, "complete": 4, "random": 4}
+DEFAULT_N: dict[str, int] = {"sc-cot": 5, "esc": 5, "asc": 5, "gate": 5, "cges": 5, "exsc": 5, "sc-pot": 5,
+                             "pot-esc": 5, "mixed-esc": 5, "cross-check": 5, "chain": 3, "complete": 4, "random": 4}
 #: Adaptive-Consistency's default threshold on P(the leading answer is the majority) (Aggarwal et al. 2023).
 ASC_CONFIDENCE = 0.95
 #: The `gate` baseline's threshold (nats), chosen on the TRAIN banks (first 10 items of GSM8K and SVAMP
@@ -78,9 +85,15 @@ ASC_CONFIDENCE = 0.95
 #: threshold of the sweep whose pooled accuracy equals the 5-vote's (15/20; -40 lost one SVAMP item). Alone,
 #: GSM8K's train bank would take -40 and SVAMP's -30: the right value depends on the task.
 GATE_LOGPROB = -30
+#: The `cges` baseline's threshold on the posterior of the vote's answer: asc's 0.95, fixed before any item was
+#: scored. A CoT reply's per-token probability is about 0.88 on the TRAIN banks (GSM8K, SVAMP, MultiArith `train`
+#: items 1-20, seed 0: right replies' median 0.88, wrong ones' 0.86), so one reply alone gives its answer about
+#: 0.88 and two agreeing about 0.98: at 0.95 an item stops after two agreeing voters, or at one whose reply is
+#: surer than 0.95 per token. experiments/stop_curves.py sweeps it.
+CGES_POSTERIOR = 0.95
 # the vote agent takes one of MAX_AGENTS
-_VOTES = ("sc-cot", "esc", "asc", "gate", "exsc", "sc-pot", "pot-esc", "mixed-esc")
-_PROGRAM_METHODS = ("pot", "sc-pot", "pot-esc", "mixed-esc")  # number benchmarks only
+_VOTES = ("sc-cot", "esc", "asc", "gate", "cges", "exsc", "sc-pot", "pot-esc", "mixed-esc", "cross-check")
+_PROGRAM_METHODS = ("pot", "sc-pot", "pot-esc", "mixed-esc", "cross-check")  # number benchmarks only
 _CODE_METHODS = ("exsc",)  # code benchmarks only: the examples are a function's
 #: The longest written order `voter_team` takes: the sample bank's voters per (item, seed) (`bank.BANK_VOTERS`,
 #: which imports this module), so every order is answered by the bank.
@@ -134,6 +147,10 @@ def _asc(kind: str, level: str, n: int, seed: int) -> Spec:
 
 def _gate(kind: str, level: str, n: int, seed: int) -> Spec:
     return _stopping_vote(kind, level, n, StopRule(agree=2, logprob=GATE_LOGPROB))
+
+
+def _cges(kind: str, level: str, n: int, seed: int) -> Spec:
+    return _stopping_vote(kind, level, n, StopRule(posterior=CGES_POSTERIOR))
 
 
 def _exsc(kind: str, level: str, n: int, seed: int) -> Spec:
@@ -196,6 +213,14 @@ def _mixed_esc(kind: str, level: str, n: int, seed: int) -> Spec:
     differ from a program's) break the tie."""
     _program_role(kind)
     return voter_team(kind, level, "PP" + "C" * (n - 2))
+
+
+def _cross_check(kind: str, level: str, n: int, seed: int) -> Spec:
+    """The program cross-check (`CPC...C`): CoT voter 1, then program voter 1; the vote stops if they agree,
+    else CoT voters run until any 2 of the answers so far agree. Its voters are the first CoT and program
+    samples of sc-cot and sc-pot (`voter_team`), so the comparison with both is paired."""
+    _program_role(kind)
+    return voter_team(kind, level, "CP" + "C" * (n - 2))
 
 
 def _chain(kind: str, level: str, n: int, seed: int) -> Spec:
@@ -274,11 +299,13 @@ _BUILDERS: dict[str, Callable[[str, str, int, int], Spec]] = {
     "esc": _esc,
     "asc": _asc,
     "gate": _gate,
+    "cges": _cges,
     "exsc": _exsc,
     "pot": _pot,
     "sc-pot": _sc_pot,
     "pot-esc": _pot_esc,
     "mixed-esc": _mixed_esc,
+    "cross-check": _cross_check,
     "chain": _chain,
     "tree": _tree,
     "complete": _complete,
@@ -318,7 +345,8 @@ def baseline_spec(method: str, kind: str, *, level: str, seed: int = 0, n: int |
         return builder(kind, level, 0, seed)
     n = DEFAULT_N[method] if n is None else n
     high = MAX_AGENTS - 1 if method in _VOTES else MAX_AGENTS  # the vote agent takes one slot
-    low = 3 if method == "mixed-esc" else 2  # two programs and at least one prose voter
+    # mixed-esc: two programs and a prose voter; cross-check: a prose voter, a program and one to break a tie
+    low = 3 if method in ("mixed-esc", "cross-check") else 2
     if not low <= n <= high:
         raise LemonError(f"baseline {method!r}: n must be in [{low}, {high}], got {n}")
     return builder(kind, level, n, seed)

@@ -33,8 +33,8 @@ if TYPE_CHECKING:  # the rest is imported where it is used: the CLI reads the ta
 
 # `baselines.method_names()`, in report order; written out so that reading the table does not import the spec
 # model (pydantic), and checked against it by tests/evaluation/test_methods.py.
-BASELINES = ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "exsc", "pot", "sc-pot", "pot-esc", "mixed-esc", "chain",
-             "tree", "complete", "random")
+BASELINES = ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "cges", "exsc", "pot", "sc-pot", "pot-esc", "mixed-esc",
+             "cross-check", "chain", "tree", "complete", "random")
 # What a run of a method that picks each agent's level shows as its level (it is stored under a nominal one).
 CHOSEN_LEVEL = "chosen by the method"
 

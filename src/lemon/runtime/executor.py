@@ -391,14 +391,16 @@ class _Run:
         With a gate, each wave's parents are checked first, as the gate's criterion object scores them through
         this run's `StopView` (`lemon.spec.stops`: a `logprob` gate scores replies, an `examples` gate runs
         programs on the task's examples); the first sure one fires the rule and the vote sees it alone; else the
-        rule's criterion decides, if it has one."""
+        rule's criterion decides, if it has one, through the same view (`posterior` reads the replies' scores).
+        A gate or criterion that cannot run on this pool is refused before any parent runs."""
         order = agent.depends_on[:rule.max or len(agent.depends_on)]
         if rule.controller is not None:
             return await self._parents_by_controller(agent, rule, order)
         view, gate, sure = RunStopView(self, agent), rule.gate, None
-        if gate is not None:
-            if refusal := await gate[0].refusal(gate[1], view, agent.name, order):
+        for part in (gate, rule.criterion):  # what cannot run on this pool is refused before any parent runs
+            if part is not None and (refusal := await part[0].refusal(part[1], view, agent.name, order)):
                 raise _Stop("error", refusal)
+        if gate is not None:
             sure = SureGate(gate[0].threshold(gate[1]))
         ran: list[str] = []
         width = rule.first_wave
@@ -410,7 +412,7 @@ class _Run:
             ran.extend(wave)
             width = rule.wave
             fired = (gate is not None and sure is not None and await self._gate_wave(gate, view, wave, sure)) or \
-                rule.fires(view.keys(ran))
+                await rule.decides(view, ran)
         self._record_early_stop(agent, rule, tuple(ran), fired, sure)
         return {p: self.outputs[p] for p in ([sure.sure] if sure is not None and sure.sure else ran)}
 

@@ -46,19 +46,21 @@ class SureGate:
         return self.sure == parent
 
 
-def gate_refusal(voter: Agent, parents: Sequence[str], spec: Spec, pool: Pool, roles: RoleLibrary) -> str | None:
-    """Why `voter`'s gate cannot run on this pool (one line naming the level and the fix), or None: every
-    model-calling parent's level must be a `Scorer` (an embedded llama.cpp model, or the LLM cache in front
-    of one). Checked before any parent runs, so a run that cannot gate spends nothing."""
+def gate_refusal(voter: Agent, parents: Sequence[str], spec: Spec, pool: Pool, roles: RoleLibrary,
+                 what: str = "logprob gate") -> str | None:
+    """Why `voter`'s gate (or another part of its rule that scores replies, `what`: "posterior criterion")
+    cannot run on this pool (one line naming the level and the fix), or None: every model-calling parent's level
+    must be a `Scorer` (an embedded llama.cpp model, or the LLM cache in front of one). Checked before any
+    parent runs, so a run that cannot gate spends nothing."""
     for name in parents:
         parent = spec.agent(name)
         if not roles[parent.role].calls_model:
             continue  # calls no model: never sure, never scored
         backend = pool.backend(parent.capacity)
         if not can_score(backend):
-            return (f"agent {voter.name!r}, field stop: its logprob gate scores each parent's reply, and level "
+            return (f"agent {voter.name!r}, field stop: its {what} scores each parent's reply, and level "
                     f"{parent.capacity!r} ({backend.model_id}) cannot score replies (only an embedded llama.cpp "
-                    "model can); serve that level embedded, or remove logprob from the rule")
+                    f"model can); serve that level embedded, or remove {what.split()[0]} from the rule")
     return None
 
 
@@ -93,15 +95,18 @@ class RunStopView:
         self.run = run
         self.voter = voter
         self._examples: tuple[TaskExamples | None] | None = None
+        self._scores: dict[str, float | None] = {}  # a criterion asks again after each wave: one pass each
 
     def keys(self, parents: Sequence[str]) -> list[str | None]:
         return [self.run._vote_key_of(self.run.outputs[p]) for p in parents]
 
-    def scoring_refusal(self, voter: str, parents: Sequence[str]) -> str | None:
-        return gate_refusal(self.voter, parents, self.run.spec, self.run.pool, self.run.roles)
+    def scoring_refusal(self, voter: str, parents: Sequence[str], what: str = "logprob gate") -> str | None:
+        return gate_refusal(self.voter, parents, self.run.spec, self.run.pool, self.run.roles, what)
 
     async def score(self, parent: str) -> float | None:
-        return await self.run.score_reply(self.voter, parent)
+        if parent not in self._scores:
+            self._scores[parent] = await self.run.score_reply(self.voter, parent)
+        return self._scores[parent]
 
     def examples(self) -> TaskExamples | None:
         if self._examples is None:

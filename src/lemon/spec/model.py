@@ -6,6 +6,7 @@ and make hostile input (huge specs, giant strings) cheap to reject before any wo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from pydantic import (
@@ -29,7 +30,7 @@ from lemon.spec.bounds import (  # noqa: F401  (re-exported: the bounds are read
     MAX_SPEC_CHARS,
     MIN_LOGPROB,
 )
-from lemon.spec.stops import StopCriterion, criteria, find_criterion
+from lemon.spec.stops import StopCriterion, StopView, criteria, find_criterion
 
 NAME_PATTERN = rf"^[a-z][a-z0-9_]{{0,{MAX_NAME_LEN - 1}}}$"
 # A duty is one line of instruction, rendered verbatim inside double quotes; so no quote, backslash, control
@@ -56,9 +57,10 @@ class StopRule(BaseModel):
     `wave` more at a time, until the rule fires or `max` have run (default: all). What decides is the rule's
     criteria, each a key of the written rule owned by one object of `lemon.spec.stops` (its validation, text,
     edits and runtime decision): at most one criterion (`agree: k` fires once k parents gave the same answer;
-    `confidence: c` once the leading answer is the majority with posterior probability >= c) and at most one
-    gate, checked first after each wave, which takes one parent alone (`logprob: t`: the first reply the model
-    was sure of; `examples: true`: the first program that passes the task's own examples). Parents never run
+    `confidence: c` once the leading answer is the majority with posterior probability >= c; `posterior: c` once
+    the vote's answer has a confidence-weighted posterior >= c, each reply weighed by its log-probability) and at
+    most one gate, checked first after each wave, which takes one parent alone (`logprob: t`: the first reply
+    the model was sure of; `examples: true`: the first program that passes the task's own examples). Parents never run
     cost nothing: that is the point of the rule. `rule.agree` and the like read a criterion's value (None when
     the rule has none).
     """
@@ -166,6 +168,12 @@ class StopRule(BaseModel):
         has none: only a sure parent fires it)."""
         found = self.criterion
         return found is not None and found[0].fires(found[1], keys)
+
+    async def decides(self, view: StopView, parents: Sequence[str]) -> bool:
+        """Whether the rule's criterion is satisfied by the parents run so far, asked through a run's view (what
+        the runtime asks: a criterion may read more than the answers, e.g. `posterior` their replies' scores)."""
+        found = self.criterion
+        return found is not None and await found[0].decides(found[1], view, parents)
 
 
 def _criterion(key: str) -> StopCriterion:

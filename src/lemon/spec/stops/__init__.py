@@ -1,6 +1,7 @@
 """Stop criteria, registered once: one file per criterion behind `StopCriterion` (`base.py`), and this registry.
 
-- `agree` (k parents gave the same answer), `confidence` (the leading answer's posterior): criteria;
+- `agree` (k parents gave the same answer), `confidence` (the leading answer's posterior), `posterior` (the
+  vote's answer's posterior with each reply weighed by its per-token probability, after CGES): criteria;
 - `logprob` (a reply the model was sure of), `examples` (a program that passes the task's examples): gates;
 - `learned` (a packaged policy that stops, runs the next voter or verifies after each parent): a controller.
 
@@ -26,6 +27,7 @@ _FILES = (
     "logprob",
     "examples",
     "learned",
+    "posterior",
 )
 
 

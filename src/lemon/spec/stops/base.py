@@ -1,17 +1,18 @@
 """What a stop criterion is: one object that owns a key of a voter's `stop:` rule, from the text to the run.
 
-A rule holds at most one criterion of each `kind`: a `criterion` decides from the answers of the parents run so
-far whether the vote may stop (`agree`, `confidence`), a `gate` may take one parent alone (`logprob`,
-`examples`), a `controller` decides alone which parent runs next, if any (`learned`). Beside them the rule's
-modifiers (`max`, `wave`) say how many parents run, and when; they belong to every rule (`lemon.spec.model.StopRule`).
+A rule holds at most one criterion of each `kind`: a `criterion` decides from the parents run so far whether the
+vote may stop (`agree`, `confidence` from their answers; `posterior` also weighs each answer by its reply's
+log-probability), a `gate` may take one parent alone (`logprob`, `examples`), a `controller` decides alone which
+parent runs next, if any (`learned`). Beside them the rule's modifiers (`max`, `wave`) say how many parents run,
+and when; they belong to every rule (`lemon.spec.model.StopRule`).
 
 A criterion owns its value's validation (`value_type`, and `problem` for what depends on the rest of the rule),
 its text (`render`: its part of the canonical one-line rule, hence its span), what it needs of the parents
-(`least_parents`), its counterfactual edits (`variants`, `describe`) and its runtime decision: `fires` for a
-criterion, `refusal` / `score` / `threshold` for a gate, asked through a `StopView` the runtime provides (the
-parents' vote keys, a reply's log-probability, a program's verdict on the task's examples), so the criterion
-needs nothing above the spec layer. The runtime records each decision as the rule's `stop` trace event (the
-rule as rendered, and for a gate each parent's score and the sure one).
+(`least_parents`), its counterfactual edits (`variants`, `describe`) and its runtime decision: `decides` for a
+criterion (by default `fires` on the vote keys), `refusal` / `score` / `threshold` for a gate, asked through a
+`StopView` the runtime provides (the parents' vote keys, a reply's log-probability, a program's verdict on the
+task's examples), so the criterion needs nothing above the spec layer. The runtime records each decision as the
+rule's `stop` trace event (the rule as rendered, and for a gate each parent's score and the sure one).
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ class StopView(Protocol):
         """The vote keys (extracted answers) of parents that ran, in order."""
         ...
 
-    def scoring_refusal(self, voter: str, parents: Sequence[str]) -> str | None:
-        """Why the parents' replies cannot be scored on this pool (one line naming the fix), or None."""
+    def scoring_refusal(self, voter: str, parents: Sequence[str], what: str = "logprob gate") -> str | None:
+        """Why the parents' replies cannot be scored on this pool (one line naming the fix, which drops `what`'s
+        first word, the rule's key), or None."""
         ...
 
     async def score(self, parent: str) -> float | None:
@@ -109,8 +111,13 @@ class StopCriterion:
         """A criterion's decision on the vote keys of the parents run so far."""
         return False
 
+    async def decides(self, value: Any, view: StopView, parents: Sequence[str]) -> bool:
+        """A criterion's decision on the parents run so far, as the runtime asks it: `fires` on their vote keys,
+        unless the criterion reads more of them (`posterior` weighs each reply by its log-probability)."""
+        return self.fires(value, view.keys(parents))
+
     async def refusal(self, value: Any, view: StopView, voter: str, parents: Sequence[str]) -> str | None:
-        """A gate's check before any parent runs: why it cannot run here (one line), or None."""
+        """A gate's or a criterion's check before any parent runs: why it cannot run here (one line), or None."""
         return None
 
     async def score(self, value: Any, view: StopView, parent: str) -> float | None:
