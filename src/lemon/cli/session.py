@@ -134,6 +134,13 @@ class RunOptions:
     as_json: bool = False  # print one JSON object on stdout (everything else goes to stderr)
 
 
+async def _prepare_workers(console: Console, pool: Pool, spec: Spec) -> None:
+    """Load the spec's models, and reach its endpoints, before the spec and the agents' table are shown: an
+    unreachable endpoint or a bad model file is then the command's one line, not the end of a screenful."""
+    with console.status("loading and verifying models..."):
+        await pool.prepare(tuple({a.capacity for a in spec.agents}))
+
+
 async def _execute(console: Console, pool: Pool, roles: RoleLibrary, spec: Spec, task: str, opts: RunOptions,
                    orchestrator_info: dict[str, object] | None = None, vote_key: VoteKey | None = None) -> RunResult:
     progress = AgentProgress(spec)
@@ -143,8 +150,6 @@ async def _execute(console: Console, pool: Pool, roles: RoleLibrary, spec: Spec,
     params = GenParams(**{**_params_dict(pool.defaults), **overrides})
     executor = Executor(pool, roles, budget=Budget(max_tokens=opts.budget_tokens, call_timeout_s=opts.timeout),
                         params=params, on_event=progress.on_event)
-    with console.status("loading and verifying models..."):
-        await pool.prepare(tuple({a.capacity for a in spec.agents}))
     live = console.is_terminal and not opts.as_json  # piped: no redraws, the agents table once, apart
     with Live(progress, console=console, refresh_per_second=4, transient=False) if live else nullcontext():
         result = await executor.run(spec, task, seed=opts.seed, orchestrator=orchestrator_info, vote_key=vote_key)
@@ -244,6 +249,7 @@ async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrato
                 await pool.prepare((orch.level,))
         with console.status("orchestrator is writing the spec..."):
             proposal, opts = await propose_within_budget(orch, task, opts)
+        await _prepare_workers(console, pool, proposal.spec)
         _show_spec(console, proposal.spec, f"spec ({proposal.source}, {proposal.tokens} orchestrator tokens)")
         for w in proposal.warnings:
             console.print(f"[yellow]warning:[/] {escape(w)}", markup=True, highlight=False)
@@ -261,6 +267,7 @@ async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptio
     spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(opts.pool))
     pool = load_pool(opts.pool, cache=opts.cache)
     try:
+        await _prepare_workers(console, pool, spec)
         _show_spec(console, spec, f"spec {escape(str(spec_path))}")
         await _execute(console, pool, roles, spec, task, opts)
     finally:
