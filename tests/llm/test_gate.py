@@ -82,7 +82,7 @@ async def gate(api_key: str | None = KEY) -> AsyncIterator[tuple[openai.AsyncOpe
 
     async with upstream() as up:
         routes = {"lemon-small": Route("lemon-small", up.url, logprobs=True),
-                  "lemon-plain": Route("lemon-plain", up.url, logprobs=False)}
+                  "lemon-plain": Route("lemon-plain", up.url, logprobs=False, stream_usage=False)}
         port = free_port()
         ready = asyncio.Event()
         task = asyncio.create_task(run_gate(routes, "127.0.0.1", [port], api_key, ready.set))
@@ -132,9 +132,10 @@ async def test_the_api_key_is_required_when_set() -> None:
             await wrong.chat.completions.create(model="lemon-small", messages=HI)  # type: ignore[arg-type]
         with pytest.raises(openai.AuthenticationError):
             await wrong.models.list()
-        async with aiohttp.ClientSession() as http:  # no Authorization header at all
-            async with http.post(f"{client.base_url}chat/completions", json={"model": "lemon-small"}) as r:
-                assert r.status == 401 and (await r.json())["error"]["code"] == "invalid_api_key"
+        async with aiohttp.ClientSession() as http, \
+                http.post(f"{client.base_url}chat/completions", json={"model": "lemon-small"}) as r:
+            assert r.status == 401  # no Authorization header at all
+            assert r.status == 401 and (await r.json())["error"]["code"] == "invalid_api_key"
         reply = await client.chat.completions.create(model="lemon-small", messages=HI)  # type: ignore[arg-type]
     assert reply.choices[0].message.content == "The answer" and len(up.received) == 1
     async with gate(api_key=None) as (client, _):
@@ -165,6 +166,19 @@ async def test_logprobs_from_llama_cpp_server_are_a_400_naming_llama_server() ->
                                                  logprobs=True)
         plain = await client.chat.completions.create(model="lemon-plain", messages=HI)  # type: ignore[arg-type]
     assert plain.choices[0].message.content == "The answer" and len(up.received) == 1
+
+
+async def test_a_stream_from_llama_cpp_server_ends_with_usage_when_asked() -> None:
+    """llama_cpp.server cannot end a stream with usage: such a stream is asked of it whole and sent as one
+    chunk, then usage (its own count); without `include_usage` the stream is its own, passed through."""
+    async with gate() as (client, up):
+        asked = [c async for c in await client.chat.completions.create(
+            model="lemon-plain", messages=HI, stream=True, stream_options={"include_usage": True})]  # type: ignore[arg-type]
+        plain = [c async for c in await client.chat.completions.create(
+            model="lemon-plain", messages=HI, stream=True)]  # type: ignore[arg-type]
+    assert "".join(ch.delta.content or "" for c in asked for ch in c.choices) == "The answer"
+    assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == 2 and not asked[-1].choices
+    assert [b.get("stream") for b in up.received] == [None, True] and len(plain) == 2
 
 
 async def test_unknown_paths_and_bodies_get_openai_errors() -> None:

@@ -43,7 +43,7 @@ def serve_cmd(
     does: 404 for a model it does not serve (GET /v1/models lists them), 400 for a bad request, 401 without
     --api-key's key. Not done: endpoints other than POST /v1/chat/completions and GET /v1/models; n > 1
     (400); roles other than system, user, assistant; tools, functions, images; TLS. Log-probabilities
-    (logprobs, top_logprobs 0-20) and usage in streams need llama-server. See docs/serve.md."""
+    (logprobs, top_logprobs 0-20) need llama-server. See docs/serve.md."""
     import asyncio
 
     from lemon.llm.gate import run_gate

@@ -10,9 +10,10 @@ the named model; the servers themselves listen on 127.0.0.1 only.
 
 What it does not do, by design (docs/serve.md): only `POST /v1/chat/completions` and `GET /v1/models`; one
 choice per request (`n` > 1 is a 400); messages of role system, user or assistant with text content (no tools,
-functions or images); no TLS (put a reverse proxy in front for that). Token log-probabilities and usage in
-streams need llama-server (experiments/build_llama_server.sh): llama_cpp.server is run without per-token
-logits (`--logits_all false`, as the embedded workers), so `logprobs` is a 400 there.
+functions or images); no TLS (put a reverse proxy in front for that). Token log-probabilities need llama-server
+(experiments/build_llama_server.sh): llama_cpp.server is run without per-token logits (`--logits_all false`,
+as the embedded workers), so `logprobs` is a 400 there; and since it cannot end a stream with usage, a stream
+that asks for usage is asked of it whole and sent as one chunk, then usage.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class Route:
     alias: str
     upstream: str
     logprobs: bool
+    stream_usage: bool = True  # the server ends a stream with usage when asked (llama_cpp.server does not)
 
 
 class GateError(Exception):
@@ -151,6 +153,11 @@ def _trim_event(line: bytes, top: int) -> bytes:
     return b"data: " + json.dumps(trim_logprobs(chunk, top)).encode() + b"\n"
 
 
+def _wants_usage(body: Mapping[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and bool(options.get("include_usage"))
+
+
 def authorized(request: web.Request, api_key: str | None) -> bool:
     """No key set, or `Authorization: Bearer KEY` with the key (compared in constant time)."""
     if api_key is None:
@@ -198,7 +205,10 @@ class Gate:
         route, top = check_request(body, self.routes)
         if self.session is None:
             raise GateError(503, "lemon serve is starting; try again", kind="server_error")
+        whole = bool(body.get("stream")) and not route.stream_usage and _wants_usage(body)
         try:
+            if whole:
+                return await _stream_whole(self.session, request, route, body)
             async with self.session.post(route.upstream + "/chat/completions", json=upstream_body(body, top)) as up:
                 return await self._relay(request, up, top)
         except aiohttp.ClientConnectionError as exc:
@@ -209,7 +219,7 @@ class Gate:
         """The server's status and body, chunk by chunk (a stream event by event), trimmed to `top`."""
         streaming = up.headers.get("Content-Type", "").startswith("text/event-stream")
         if top is not None and not streaming:
-            return web.json_response(trim_logprobs(await up.json(content_type=None), top), status=up.status)
+            return web.json_response(trim_logprobs(await _json_of(up), top), status=up.status)
         out = web.StreamResponse(status=up.status, headers={"Content-Type": up.headers.get(
             "Content-Type", "application/json")})
         await out.prepare(request)
@@ -228,6 +238,40 @@ class Gate:
     async def stop(self, app: web.Application) -> None:
         if self.session is not None:
             await self.session.close()
+
+
+async def _json_of(up: aiohttp.ClientResponse) -> Any:
+    """The server's JSON body, or an OpenAI error body saying it sent none."""
+    try:
+        return await up.json(content_type=None)
+    except ValueError:
+        return {"error": {"message": f"the model server answered HTTP {up.status} without JSON",
+                          "type": "server_error", "param": None, "code": None}}
+
+
+async def _stream_whole(session: aiohttp.ClientSession, request: web.Request, route: Route,
+                        body: dict[str, Any]) -> web.StreamResponse:
+    """A stream with usage from a server that cannot send one: the completion asked for whole (its usage
+    is the server's own count), sent as one content chunk, a usage chunk and [DONE]."""
+    plain = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    async with session.post(route.upstream + "/chat/completions", json=plain) as up:
+        reply = await _json_of(up)
+        choices = reply.get("choices") if isinstance(reply, dict) else None
+        if up.status != 200 or not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+            return web.json_response(reply, status=up.status if up.status != 200 else 502)
+    head = {k: reply.get(k) for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
+    choice = choices[0]
+    delta = {"role": "assistant", "content": (choice.get("message") or {}).get("content")}
+    events = [{**head, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                    "finish_reason": choice.get("finish_reason")}]},
+              {**head, "choices": [], "usage": reply.get("usage")}]
+    out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await out.prepare(request)
+    for event in events:
+        await out.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+    await out.write(b"data: [DONE]\n\n")
+    await out.write_eof()
+    return out
 
 
 def gate_app(routes: dict[str, Route], api_key: str | None) -> web.Application:

@@ -164,8 +164,10 @@ def worker_port() -> int:
 
 
 def gate_routes(workers: list[Worker]) -> dict[str, Route]:
-    """`lemon serve`'s gate: each worker's alias to its server; log-probabilities where it is llama-server."""
-    return {w.alias: Route(w.alias, w.base_url, logprobs=w.binary is not None) for w in workers}
+    """`lemon serve`'s gate: each worker's alias to its server; log-probabilities and usage at the end of a
+    stream where it is llama-server."""
+    return {w.alias: Route(w.alias, w.base_url, logprobs=w.binary is not None, stream_usage=w.binary is not None)
+            for w in workers}
 
 
 def client_url(host: str, port: int) -> str:
