@@ -181,6 +181,30 @@ async def test_a_stream_from_llama_cpp_server_ends_with_usage_when_asked() -> No
     assert [b.get("stream") for b in up.received] == [None, True] and len(plain) == 2
 
 
+async def test_lemon_s_own_backend_passes_with_its_extensions_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A served pool file points LEMON's backend at the gate: its JSON schema, grammar and repeat_penalty
+    (llama.cpp's extensions) reach the server as sent, the key from the pool's api_key_env."""
+    from lemon.llm.base import ChatRequest, GenParams, Message
+    from lemon.llm.openai_compat import OpenAIBackend
+
+    async with gate() as (client, up):
+        monkeypatch.setenv("LEMON_SERVE_API_KEY", KEY)
+        backend = OpenAIBackend(str(client.base_url).rstrip("/"), "lemon-small", max_retries=0,
+                                api_key_env="LEMON_SERVE_API_KEY")
+        request = ChatRequest((Message("system", "Be brief."), Message("user", "2+2?")),
+                              GenParams(max_tokens=8, seed=3, repeat_penalty=1.0, stop=("\n",)),
+                              json_schema={"type": "object"}, grammar='root ::= "4"')
+        try:
+            reply = await backend.complete(request)
+        finally:
+            await backend.aclose()
+    assert reply.text == "The answer" and reply.completion_tokens == 2
+    (sent,) = up.received
+    kwargs = backend.request_kwargs(request)
+    assert sent == {k: v for k, v in kwargs.items() if k != "extra_body"} | kwargs["extra_body"]
+    assert sent["grammar"] == 'root ::= "4"' and sent["response_format"]["schema"] == {"type": "object"}
+
+
 async def test_unknown_paths_and_bodies_get_openai_errors() -> None:
     import aiohttp
 
