@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.llm.servers import free_port
+from tests.llm.servers import Fault, fault_server
 
 GOOD = """agents:
   - {name: solver, role: math_solver, duty: "Solve it.", capacity: small}
@@ -78,17 +78,19 @@ def test_usage_errors_exit_2_with_the_usage_and_no_traceback(args: tuple[str, ..
     assert "Traceback" not in proc.stderr + proc.stdout and "Usage: lemon" in proc.stderr
 
 
-def test_refused_endpoint_exits_2_and_keeps_the_trace(tmp_path: Path, _isolated_home: Path) -> None:
+def test_an_endpoint_failing_mid_run_exits_2_and_keeps_the_trace(tmp_path: Path, _isolated_home: Path) -> None:
+    """It is there (it answers), but every completion fails: the run stops with one line and its partial trace.
+    (One nothing listens on is refused before the run starts: tests/cli/test_unreachable.py.)"""
     pool = tmp_path / "pool.yaml"
-    url = f"http://127.0.0.1:{free_port()}/v1"
-    pool.write_text("name: remote\nlevels:\n"
-                    f"  - {{name: small, backend: openai, base_url: '{url}', model: m, max_retries: 1}}\n"
-                    f"  - {{name: large, backend: openai, base_url: '{url}', model: m, max_retries: 1}}\n")
     spec = tmp_path / "s.yaml"
     spec.write_text(GOOD)
-    proc = lemon("exec", str(spec), "2+2?", "--pool", str(pool), "--trace-dir", str(tmp_path / "traces"),
-                 home=_isolated_home, timeout=120)
-    assert_clean_error(proc, "cannot be reached")
+    with fault_server(lambda body, n: Fault(500, b'{"error": {"message": "boom"}}')) as ep:
+        pool.write_text("name: remote\nlevels:\n"
+                        f"  - {{name: small, backend: openai, base_url: '{ep.base_url}', model: m, max_retries: 1}}\n"
+                        f"  - {{name: large, backend: openai, base_url: '{ep.base_url}', model: m, max_retries: 1}}\n")
+        proc = lemon("exec", str(spec), "2+2?", "--pool", str(pool), "--trace-dir", str(tmp_path / "traces"),
+                     home=_isolated_home, timeout=120)
+    assert_clean_error(proc, "kept failing after 2 attempt(s) (HTTP 500: boom)")
     traces = list((tmp_path / "traces").glob("*.json"))
     assert len(traces) == 1 and json.loads(traces[0].read_text())["events"][-1]["reason"] == "error"
 

@@ -23,6 +23,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def built_llama_server() -> Path:
+    """The README's test command builds it (experiments/build_llama_server.sh, idempotent): its path."""
+    script = Path(__file__).parents[2] / "experiments" / "build_llama_server.sh"
+    res = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=1800, check=True)
+    return Path(res.stdout.strip().splitlines()[-1])
+
+
 @contextmanager
 def llama_server(model: Path, *, startup_s: float = 120.0) -> Iterator[str]:
     """Yield the base URL (`http://127.0.0.1:PORT/v1`) of a real llama.cpp server serving `model`."""
@@ -238,3 +245,78 @@ def fault_server(pick: Callable[[dict, int], Fault]) -> Iterator[FaultEndpoint]:
         stop.set()
         server.shutdown()
         server.server_close()
+
+
+# ---- a raw-socket endpoint, for replies that are not HTTP at all ---------------------------------------------
+
+
+@dataclass
+class RawEndpoint:
+    """What a test sees of the raw server: its URL and every request's JSON body, in arrival order."""
+
+    base_url: str
+    received: list[dict] = field(default_factory=list)
+
+
+def _read_request(conn: socket.socket) -> bytes:
+    """One HTTP request's body (headers read up to the blank line, then Content-Length bytes)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = conn.recv(65536)
+        if not more:
+            return b""
+        data += more
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        more = conn.recv(65536)
+        if not more:
+            break
+        body += more
+    return body
+
+
+@contextmanager
+def raw_http_server(pick: Callable[[dict, int], bytes]) -> Iterator[RawEndpoint]:
+    """A RAW-SOCKET TEST DOUBLE of an endpoint on 127.0.0.1: request n (0-based) with JSON body `b` (GETs: {})
+    gets the bytes `pick(b, n)` as they are, then the connection is closed: a broken status line, a header
+    larger than any client reads, a redirect anywhere."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    listener.settimeout(0.05)
+    endpoint = RawEndpoint(f"http://127.0.0.1:{listener.getsockname()[1]}/v1")
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    raw = _read_request(conn)
+                    body = json.loads(raw) if raw else {}
+                    if raw:
+                        endpoint.received.append(body)
+                    conn.sendall(pick(body, len(endpoint.received) - 1))
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield endpoint
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+def http_reply(status_line: bytes, body: bytes = b"", headers: tuple[bytes, ...] = ()) -> bytes:
+    """A raw HTTP/1.1 reply: the status line as given (broken, if the test wants), headers, body."""
+    head = [status_line, *headers, b"Content-Length: %d" % len(body), b"Connection: close"]
+    return b"\r\n".join(head) + b"\r\n\r\n" + body

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from lemon.llm.base import ChatRequest, GenParams, Message
 from lemon.llm.embedded import EmbeddedBackend
 from lemon.llm.pools import load_pool, read_pool_config
 from lemon.llm.serve import _answers, plan_workers, serving
-from tests.llm.servers import free_port
+from tests.llm.servers import built_llama_server, free_port
 
 pytestmark = [pytest.mark.server, pytest.mark.models]
 
@@ -124,13 +123,6 @@ def test_lemon_llama_server_names_an_executable_or_is_one_line(monkeypatch: pyte
     exe.chmod(0o755)
     monkeypatch.setenv("LEMON_LLAMA_SERVER", str(exe))
     assert llama_server_binary() == exe
-
-
-def built_llama_server() -> Path:
-    """The README's test command builds it (experiments/build_llama_server.sh, idempotent): its path."""
-    script = Path(__file__).parents[2] / "experiments" / "build_llama_server.sh"
-    res = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=1800, check=True)
-    return Path(res.stdout.strip().splitlines()[-1])
 
 
 def test_a_pool_served_by_llama_server_answers_requests_in_flight_together(tmp_path: Path,

@@ -1,11 +1,14 @@
 """Any OpenAI-compatible endpoint (vLLM, llama.cpp server, Ollama, OpenAI) behind the backend seam.
 
 Bounded concurrency per backend, a per-call timeout, and retries with exponential backoff on TRANSIENT
-errors only (connection failures, timeouts, 429, 5xx), waiting at least what the server's `Retry-After` asks
-(and failing at once when it asks for more than `max_retry_after_s`); a bad request or a wrong key fails at once.
-An endpoint is not trusted: the body is read with a byte cap (`max_body_bytes`) and every reply is validated
-(`ChatReply`) before anything uses it, so a wrong shape, a non-string content or a negative / NaN / string
-token count is a `BackendError` for that one call, never a traceback and never a negative cost. A request
+errors only (a dropped connection, timeouts, 429, 5xx), waiting at least what the server's `Retry-After` asks
+(and failing at once when it asks for more than `max_retry_after_s`); a bad request, a wrong key or a refused
+connection (nothing listens there: waiting does not start a server) fails at once. An endpoint is not trusted:
+the body is read with a byte cap (`max_body_bytes`) and every reply is validated (`ChatReply`) before anything
+uses it, so a wrong shape, a non-string content or a negative / NaN / string token count is a `BackendError`
+for that one call, never a traceback and never a negative cost; so is a reply that is not valid HTTP (any
+aiohttp client error) and a redirect, which is never followed (a 307 would resend the prompt wherever it
+points, another origin included). A request
 with a JSON schema is translated into the form the target accepts: llama.cpp's server takes
 `response_format={"type": "json_object", "schema": S}` and rejects OpenAI's `json_schema` form (models.md).
 
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import errno
 import json
 import logging
 import math
@@ -257,7 +261,8 @@ class OpenAIBackend:
     async def _probe(self) -> None:
         """GET base_url within `first_byte_s`: any HTTP answer shows the endpoint is there. None is the one-line
         error a silent endpoint gave after every attempt timed out, in seconds instead of minutes. Other
-        failures (a refused connection) are left to the call, which retries what may pass."""
+        refused connection is one line at once (nothing listens there); other failures are left to the call,
+        which retries what may pass."""
         try:
             await self._noticed_probe()
         except TimeoutError:
@@ -265,13 +270,17 @@ class OpenAIBackend:
                                f"(connect and first byte of a GET; a call may take {self._budget()}); is the "
                                "server up and answering at that URL? raise first_byte_s in the pool file if it "
                                "is slow to answer") from None
+        except aiohttp.ClientConnectionError as exc:
+            if _refused(exc):
+                raise self._refused_error(exc) from None
+            log.debug("%s: probe failed (%s); the call decides", self.base_url, type(exc).__name__)
         except aiohttp.ClientError as exc:
             log.debug("%s: probe failed (%s); the call decides", self.base_url, type(exc).__name__)
 
     async def _noticed_probe(self) -> None:
         """The probe's GET; when it has not answered within `PROBE_NOTICE_S`, one line says what is awaited."""
         async def get() -> None:
-            async with self._session().get(self.base_url,
+            async with self._session().get(self.base_url, allow_redirects=False,
                                            timeout=aiohttp.ClientTimeout(total=self.first_byte_s)) as response:
                 log.debug("%s answered the probe with HTTP %d", self.base_url, response.status)
 
@@ -332,10 +341,13 @@ class OpenAIBackend:
         return session
 
     async def _post(self, payload: bytes) -> ChatReply:
-        """POST /chat/completions once; `_Transient` for what a retry may fix, `BackendError` for the rest."""
+        """POST /chat/completions once; `_Transient` for what a retry may fix, `BackendError` for the rest.
+        Redirects are not followed: a 307/308 would resend the prompt (and the key) wherever it points."""
         try:
-            async with self._session().post(self._url, data=payload) as response:
+            async with self._session().post(self._url, data=payload, allow_redirects=False) as response:
                 status = response.status
+                if 300 <= status < 400:
+                    raise self._redirected(status, response.headers.get("Location"))
                 if status >= 400:
                     raw = await _read_capped(response, MAX_ERROR_BODY_BYTES, truncate=True)
                     retry_after = retry_after_s(response.headers.get("Retry-After"))
@@ -344,10 +356,16 @@ class OpenAIBackend:
         except TimeoutError:
             raise _Transient("timed out", "raise timeout_s in the pool file or check the server's load") from None
         except aiohttp.ClientConnectionError as exc:
-            raise _Transient("cannot be reached",
-                             f"connection refused or no route; is the server running? {type(exc).__name__}") from None
+            if _refused(exc):
+                raise self._refused_error(exc) from None
+            raise _Transient("cannot be reached", "no route, or the connection dropped; is the server running? "
+                             f"{type(exc).__name__}") from None
         except aiohttp.ClientPayloadError as exc:
             raise _Transient("sent a broken body", f"{type(exc).__name__}: {_short(str(exc), 80)}") from None
+        except aiohttp.ClientError as exc:  # a bad status line, a header over aiohttp's 8 kB, an invalid URL...
+            raise BackendError(f"{self.base_url} sent a reply that is not valid HTTP ({type(exc).__name__}: "
+                               f"{_short(str(exc), 120)}); check that base_url points at an OpenAI-compatible "
+                               "server") from None
         except _TooLarge as exc:
             raise BackendError(f"{self.base_url} sent a reply larger than {self.max_body_bytes} bytes "
                                f"({exc}); not read further, check the server") from None
@@ -357,6 +375,20 @@ class OpenAIBackend:
         if status >= 400:
             raise BackendError(f"{self.base_url} refused the request (HTTP {status}): {_error_message(raw)}")
         return parse_reply(raw, self.base_url)
+
+    def _redirected(self, status: int, location: str | None) -> BackendError:
+        """A 3xx, not followed: a completion endpoint has no reason to move, and following one would send the
+        prompt to wherever it points (another origin, `file://`); the fix is the address it names."""
+        where = _short(location, 120) if location else "nowhere (no Location header)"
+        return BackendError(f"{self.base_url} redirected the request (HTTP {status}) to {where}; LEMON does not "
+                            "follow redirects: if that is the server's address, set base_url to it")
+
+    def _refused_error(self, exc: aiohttp.ClientConnectorError) -> BackendError:
+        """Nothing listens there: not retried (unlike a 503 or a timeout, waiting a second does not start a
+        server), and said in one line."""
+        return BackendError(f"endpoint {self.base_url} refused the connection (nothing listens at "
+                            f"{exc.host}:{exc.port}); start the server, or fix base_url (--base-url or the pool "
+                            "file)")
 
     async def prepare(self) -> None:
         """The liveness probe before anything is shown or paid for (a silent endpoint fails in seconds)."""
@@ -368,6 +400,12 @@ class OpenAIBackend:
         for loop, session in sessions.items():
             if loop is current and not session.closed:  # a session of a finished loop cannot be awaited
                 await session.close()
+
+
+def _refused(exc: aiohttp.ClientConnectionError) -> bool:
+    """A connection refused (ECONNREFUSED; for a host with several addresses, refused on all of them)."""
+    os_error = getattr(exc, "os_error", None) if isinstance(exc, aiohttp.ClientConnectorError) else None
+    return getattr(os_error, "errno", None) == errno.ECONNREFUSED
 
 
 class _TooLarge(Exception):

@@ -22,6 +22,7 @@ a llama-server with SERVED_CONCURRENCY slots that decode together: P4 4.08 on Sm
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -39,6 +40,7 @@ import yaml
 
 from lemon.errors import BackendError, ConfigError
 from lemon.llm.embedded import gpu_layers_from_env, threads_from_env, verified_model_file
+from lemon.llm.gate import Route
 from lemon.llm.pools import LevelConfig, PoolConfig, read_pool_config
 
 log = logging.getLogger(__name__)
@@ -86,14 +88,20 @@ def llama_server_binary() -> Path | None:
     return Path(found)
 
 
-def plan_workers(cfg: PoolConfig, port: int = DEFAULT_PORT, binary: Path | None = None) -> list[Worker]:
-    """One worker per distinct (model, context, threads) among the embedded levels, in level order. A
-    llama-server worker answers to another alias, so its replies never share LLM-cache entries with
-    llama_cpp.server's (another sampler, other draws)."""
+def model_groups(cfg: PoolConfig) -> dict[tuple[str, int, int | None], list[str]]:
+    """The embedded levels by (model, context, threads), in level order: one worker server each."""
     found: dict[tuple[str, int, int | None], list[str]] = {}
     for lv in cfg.levels:
         if lv.backend == "embedded":
             found.setdefault((lv.model, lv.n_ctx, lv.n_threads), []).append(lv.name)
+    return found
+
+
+def plan_workers(cfg: PoolConfig, port: int = DEFAULT_PORT, binary: Path | None = None) -> list[Worker]:
+    """One worker per distinct (model, context, threads) among the embedded levels, in level order. A
+    llama-server worker answers to another alias, so its replies never share LLM-cache entries with
+    llama_cpp.server's (another sampler, other draws)."""
+    found = model_groups(cfg)
     by_name = {lv.name: lv for lv in cfg.levels}
     workers = []
     for k, ((model, n_ctx, n_threads), levels) in enumerate(found.items()):
@@ -104,8 +112,10 @@ def plan_workers(cfg: PoolConfig, port: int = DEFAULT_PORT, binary: Path | None 
     return workers
 
 
-def served_config(cfg: PoolConfig, workers: list[Worker]) -> dict[str, Any]:
-    """The pool, as YAML data, with every served level an OpenAI-compatible level on its worker."""
+def served_config(cfg: PoolConfig, workers: list[Worker], *, urls: Mapping[str, str] | None = None,
+                  api_key_env: str | None = None) -> dict[str, Any]:
+    """The pool, as YAML data, with every served level an OpenAI-compatible level on its worker (or on
+    `urls[alias]`, `lemon serve`'s gate, with the key from `api_key_env` when it has one)."""
     served = {name: w for w in workers for name in w.levels}
     levels = []
     for lv in cfg.levels:
@@ -113,9 +123,11 @@ def served_config(cfg: PoolConfig, workers: list[Worker]) -> dict[str, Any]:
         if w is None:
             levels.append(lv.model_dump(mode="json", exclude_defaults=True))
             continue
-        levels.append({"name": lv.name, "backend": "openai", "model": w.alias, "base_url": w.base_url,
-                       "concurrency": max(lv.concurrency, SERVED_CONCURRENCY), "timeout_s": SERVED_TIMEOUT_S,
-                       "schema_style": "llama_cpp"})
+        url = (urls or {}).get(w.alias, w.base_url)
+        level = {"name": lv.name, "backend": "openai", "model": w.alias, "base_url": url,
+                 "concurrency": max(lv.concurrency, SERVED_CONCURRENCY), "timeout_s": SERVED_TIMEOUT_S,
+                 "schema_style": "llama_cpp"}
+        levels.append({**level, "api_key_env": api_key_env} if api_key_env else level)
     defaults = cfg.defaults.model_dump(mode="json", exclude_defaults=True)
     if cfg.defaults.repeat_penalty is None:
         defaults["repeat_penalty"] = 1.0  # embedded llama.cpp's default; llama_cpp.server's is 1.1
@@ -151,6 +163,20 @@ def worker_port() -> int:
     return base
 
 
+def gate_routes(workers: list[Worker]) -> dict[str, Route]:
+    """`lemon serve`'s gate: each worker's alias to its server; log-probabilities and usage at the end of a
+    stream where it is llama-server."""
+    return {w.alias: Route(w.alias, w.base_url, logprobs=w.binary is not None, stream_usage=w.binary is not None)
+            for w in workers}
+
+
+def client_url(host: str, port: int) -> str:
+    """The base URL a client on this machine uses for a server listening on `host` (any address: loopback)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/v1"
+
+
 def has_embedded(pool: str) -> bool:
     return any(lv.backend == "embedded" for lv in read_pool_config(pool).levels)
 
@@ -166,17 +192,19 @@ def workers_for(pool: str, serve: bool, work_dir: Path) -> Iterator[str]:
         yield str(path)
 
 
-def _check_port_free(port: int) -> None:
+def _check_port_free(port: int, host: str = "127.0.0.1") -> None:
     """A server listens on `port` already: one line. SO_REUSEADDR, as uvicorn binds: the connections a
     stopped server leaves in TIME_WAIT for a minute do not keep its successor (train-global after train-cf)
     from starting there, so they must not fail this check either."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            raise ConfigError(f"port {port} on 127.0.0.1 is in use (another worker server?); stop it, or "
-                              "pass another --port (LEMON_WORKER_PORT for train and sft)") from None
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+    except OSError as exc:
+        what = "is in use (another worker server?)" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc})"
+        raise ConfigError(f"port {port} on {host} {what}; stop it, or pass another --port (LEMON_WORKER_PORT "
+                          "for train and sft)") from None
 
 
 def _answers(base_url: str) -> bool:
@@ -214,9 +242,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def serving(pool: str, work_dir: Path, *, port: int = DEFAULT_PORT, startup_s: float = STARTUP_S,
-            binary: Path | None = None) -> Iterator[Path]:
+            binary: Path | None = None, urls: Mapping[str, str] | None = None,
+            api_key_env: str | None = None) -> Iterator[Path]:
     """Start a worker server per embedded model of `pool`, wait for all, yield the served pool file
-    (`work_dir/pool.yaml`; server logs beside it); stop the servers on leaving, whatever happened."""
+    (`work_dir/pool.yaml`, its levels on the servers or on `urls`; server logs beside it); stop the
+    servers on leaving, whatever happened."""
     cfg = read_pool_config(pool)
     workers = plan_workers(cfg, port, binary)
     for w in workers:
@@ -233,7 +263,8 @@ def serving(pool: str, work_dir: Path, *, port: int = DEFAULT_PORT, startup_s: f
             wait_healthy(proc, w, work_dir / f"{w.alias}-{w.port}.log", startup_s)
             log.info("worker server for %s (levels %s) on %s", w.model, ", ".join(w.levels), w.base_url)
         path = work_dir / "pool.yaml"
-        path.write_text(yaml.safe_dump(served_config(cfg, workers), sort_keys=False), encoding="utf-8")
+        served = served_config(cfg, workers, urls=urls, api_key_env=api_key_env)
+        path.write_text(yaml.safe_dump(served, sort_keys=False), encoding="utf-8")
         yield path
     finally:
         for proc in procs:
