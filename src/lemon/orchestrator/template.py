@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Any, Literal
 
 from lemon.orchestrator.base import Proposal
-from lemon.runtime.examples_gate import sandbox_missing, task_examples
+from lemon.runtime.examples_gate import sandbox_missing, task_code, task_examples
 from lemon.spec.model import Agent, Spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -39,13 +39,14 @@ TEAMS: tuple[Team, ...] = (*KINDS, "code_unchecked")
 
 log = logging.getLogger(__name__)
 
-_CODE = re.compile(r"```python|^\s*def \w+\(.*\)\s*(->.*)?:\s*$", re.MULTILINE)
 _OPTION = re.compile(r"^\s*\(?([A-J])[).:]\s+\S", re.MULTILINE)
 
 
 def task_kind(task: str) -> Kind:
-    """`code`, `choice` or `number`, from the task text alone (see the module docstring)."""
-    if _CODE.search(task):
+    """`code`, `choice` or `number`, from the task text alone (see the module docstring). A code task is what
+    the examples gate's reader (`task_code`) reads as one, so a function pasted without a fence is read the
+    same way by both: its kind, its team and its examples."""
+    if task_code(task) is not None:
         return "code"
     letters = [m.group(1) for m in _OPTION.finditer(task)]
     if len(letters) >= 3 and letters[:3] == ["A", "B", "C"]:
