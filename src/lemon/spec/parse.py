@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from lemon.errors import SpecError
 from lemon.files import read_regular
 from lemon.spec.copies import expand_copies
-from lemon.spec.model import MAX_SPEC_CHARS, Spec
+from lemon.spec.model import MAX_SPEC_CHARS, Spec, StopRule
 
 _PLAIN_TAGS = frozenset({None, "!", "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"})
 # spec -> agents -> agent -> depends_on -> name is 4 deep; anything far deeper is hostile.
@@ -157,6 +157,8 @@ def describe_validation_error(exc: ValidationError, data: Any, index: int = 0) -
         msg = "must be lower_snake_case: a letter, then letters, digits or '_' (at most 24 characters)"
     elif err["type"] == "string_pattern_mismatch":
         msg = "must be one line without double quotes, backslashes or control characters"
+    elif err["type"] == "extra_forbidden" and loc[2:3] == ["stop"]:  # a stop rule's own fields, not an agent's
+        msg = f"unknown field; allowed in stop: {', '.join(StopRule.model_fields)}"
     elif err["type"] == "extra_forbidden":
         msg = ("unknown field; allowed: name, copies, role, duty, capacity, depends_on, stop (agents), agents, "
                "output (spec)")
