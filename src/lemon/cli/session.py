@@ -185,9 +185,9 @@ def check_budget_covers_a_call(pool: Pool, roles: RoleLibrary, spec: Spec, task:
     agent = min(prompts, key=lambda name: prompts[name])
     worst = prompts[agent] + opts.max_tokens
     if budget < worst:
-        given = (f"--budget-tokens {budget + spent} leaves {budget} after the orchestrator's {spent}" if spent
-                 else f"--budget-tokens {budget}")
-        raise LemonError(f"{given}, less than one call's worst case: agent {agent!r} may take {worst} tokens (a "
+        given = (f"--budget-tokens {budget + spent} leaves the workers a token budget of {budget} after the "
+                 f"orchestrator's {spent}," if spent else f"--budget-tokens {budget} is a token budget")
+        raise LemonError(f"{given} below one call's worst case: agent {agent!r} may take {worst} tokens (a "
                          f"prompt of up to {prompts[agent]} and a reply of up to --max-tokens {opts.max_tokens}); "
                          f"raise --budget-tokens to {worst + spent} or lower --max-tokens")
 
