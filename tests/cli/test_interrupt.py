@@ -25,7 +25,7 @@ POOL = ("name: slow\nlevels:\n  - {name: small, backend: scripted, model: s, lat
         "  - {name: medium, backend: scripted, model: m, latency_s: 3600}\n"
         "  - {name: large, backend: scripted, model: l, latency_s: 3600}\n")
 TRIES = 20
-SILENCE_S = 1.5  # no import for this long: the child is waiting on its worker
+SILENCE_S = 3.0  # no import for this long once the entry point runs: the child is waiting on its worker
 ENTRY_PACKAGE = "lemon.cli"  # the entry point's package: from its first import on, the entry point runs
 
 
@@ -61,8 +61,8 @@ def _interrupt_after(child: subprocess.Popen[str], lines: queue.Queue[str | None
     start-up, which no entry point can reach."""
     seen, said, entered = 0, [], False
     while imports is None or seen < imports:
-        try:
-            line = lines.get(timeout=SILENCE_S)
+        try:  # silence counts only once the entry point runs: a loaded machine may start Python slowly
+            line = lines.get(timeout=SILENCE_S if entered else 120)
         except queue.Empty:
             break
         assert line is not None, "the child ended before it was interrupted"
