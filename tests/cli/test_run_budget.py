@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,41 @@ async def test_the_template_orchestrator_costs_nothing_and_no_budget_means_no_ca
     assert opts.budget_tokens == 100
     _, opts = await propose_within_budget(WritingOrchestrator(40), "2+2?", _opts(None))
     assert opts.budget_tokens is None
+
+
+POOL = ("name: scripted\nlevels:\n  - {name: small, backend: scripted, model: s}\n"
+        "  - {name: medium, backend: scripted, model: m}\n  - {name: large, backend: scripted, model: l}\n")
+
+
+def test_a_budget_below_one_calls_worst_case_is_refused_up_front_saying_what_one_call_needs(
+        tmp_path: Path, _isolated_home: Path) -> None:
+    """Issue 52: `--budget-tokens 100` loaded the models, then stopped with "run token budget of 100 used up" with
+    nothing used. Now one line before anything runs, naming the call's need; that need is enough to run."""
+    from tests.cli.test_cli_core import assert_clean_error, lemon
+
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(POOL)
+    proc = lemon("run", "What is 2 + 4?", "--pool", str(pool), "--budget-tokens", "100", "--json", home=_isolated_home)
+    assert_clean_error(proc, "--budget-tokens 100 is a token budget below one call's worst case: agent 'solver' "
+                             "may take")
+    assert len(proc.stderr.strip().splitlines()) == 1 and not proc.stdout  # no spec, no trace: nothing ran
+    need = int(re.search(r"raise --budget-tokens to (\d+) or lower --max-tokens", proc.stderr).group(1))  # type: ignore[union-attr]
+    assert lemon("run", "What is 2 + 4?", "--pool", str(pool), "--budget-tokens", str(need), "--json",
+                 home=_isolated_home).returncode == 0
+    lower = lemon("run", "What is 2 + 4?", "--pool", str(pool), "--budget-tokens", str(need), "--max-tokens", "300",
+                  home=_isolated_home)
+    assert lower.returncode == 0, lower.stderr
+
+
+def test_what_the_orchestrator_left_is_the_budget_one_call_must_fit_in() -> None:
+    from lemon.cli.session import check_budget_covers_a_call
+    from lemon.llm.scripted import ScriptedBackend
+    from tests.pools import scripted_pool
+
+    pool, roles = scripted_pool(ScriptedBackend("scripted")), RoleLibrary.load()
+    with pytest.raises(LemonError) as err:
+        check_budget_covers_a_call(pool, roles, SPEC, "2+2?", _opts(100), spent=900)
+    assert str(err.value).startswith("--budget-tokens 1000 leaves the workers a token budget of 100 after the "
+                                     "orchestrator's 900, below one call's worst case: agent 'a' may take ")
+    check_budget_covers_a_call(pool, roles, SPEC, "2+2?", _opts(2000), spent=900)  # room for one call: no error
+    check_budget_covers_a_call(pool, roles, SPEC, "2+2?", _opts(None))  # no cap

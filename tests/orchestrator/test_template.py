@@ -97,3 +97,29 @@ def test_without_a_sandbox_a_code_task_with_examples_gets_one_programmer_and_a_w
     assert "cannot be run here" in caplog.text and "bubblewrap" in caplog.text
     proposal = asyncio.run(TemplateOrchestrator(ROLES, ("small", "large")).propose(task))
     assert proposal.extra["team"] == "code_unchecked" and len(proposal.spec.agents) == 1
+
+
+UNFENCED = ("Complete this function:\n\ndef add(a: int, b: int) -> int:\n    \"\"\"The sum.\n    >>> add(2, 3)\n"
+            "    5\n    \"\"\"\n\nThanks!")
+
+
+async def test_a_function_pasted_without_a_fence_gets_the_gated_team_and_its_checked_program() -> None:
+    """Issue 52: the kind detector read an unfenced function as code but the gate's reader did not read its
+    examples, so it got one unchecked programmer. One reader now: five programmers behind its examples, and the
+    first program that passes them is the answer, shown as code. The programmers are a scripted test double:
+    the first writes `return 1` and closes in prose, the others the right program."""
+    from lemon.inspection.tracefile import extracted_answer
+    from lemon.llm.base import GenParams
+    from lemon.llm.scripted import ScriptedBackend
+    from lemon.runtime import Executor
+    from tests.pools import scripted_pool
+
+    assert task_kind(UNFENCED) == "code" and team_of(UNFENCED) == "code"
+    proposal = await TemplateOrchestrator(ROLES, ("small", "large")).propose(UNFENCED)
+    assert proposal.extra["team"] == "code" and len(proposal.spec.agents) == 6
+    replies = iter(["```python\ndef add(a, b):\n    return 1\n```\nThis returns the sum.",
+                    *["```python\ndef add(a, b):\n    return a + b\n```\nThis adds a and b."] * 5])
+    pool = scripted_pool(ScriptedBackend("scripted", responder=lambda request: next(replies)))
+    result = await Executor(pool, ROLES, params=GenParams(temperature=0.7)).run(proposal.spec, UNFENCED)  # 5 draws
+    assert result.calls == 2 and result.early_stops[0]["sure"] == "programmer_2"
+    assert extracted_answer(UNFENCED, result.answer) == "def add(a, b):\n    return a + b\n"

@@ -17,7 +17,7 @@ from lemon.evaluation.baselines import baseline_spec, supports
 from lemon.llm.base import ChatRequest
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Executor
-from lemon.runtime.examples_gate import TaskExamples, passes_examples, task_examples
+from lemon.runtime.examples_gate import TaskExamples, passes_examples, task_code, task_examples
 from lemon.sandbox.runner import SandboxError
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.roles import RoleLibrary
@@ -155,3 +155,97 @@ def test_every_train_items_reference_solution_passes_the_examples_read_from_its_
         if not passes_examples(_program(item), found):
             failing.add(item.id)
     assert read == 31 and failing == {"HumanEval/47", "HumanEval/148"}
+
+
+def _task(docstring: str) -> str:
+    """A task as a user poses it: `f(a, b)` returns (a + b, a * b); `docstring` holds its examples."""
+    return f"Write f.\n```python\ndef f(a, b):\n    \"\"\"The sum and the product.\n{docstring}\n    \"\"\"\n```"
+
+
+def _reply(body: str) -> str:
+    return f"```python\ndef f(a, b):\n    {body}\n```"
+
+
+RIGHT, WRONG, HALF = _reply("return a + b, a * b"), _reply("return 1"), _reply("return a + b")
+
+
+@pytest.mark.parametrize(("docstring", "case"), [
+    ("    >>> f(2, 3)  # small ones\n    (5, 6)", ("f(2, 3)", "(5, 6)")),  # issue 52: was `candidate(2, 3)  # ... ==`
+    ("    f(2, 3) ➞ 5, 6", ("f(2, 3)", "5, 6")),  # was `assert candidate(2, 3) == 5, 6`: 6 the assert's message
+    ("    f(2, 3) => (5, 6)  # both", ("f(2, 3)", "(5, 6)")),
+    ("    f(2, 3) returns (5, 6).", ("f(2, 3)", "(5, 6)")),
+    ("    >>> f(2, 3) == (5, 6)", ("f(2, 3)", "(5, 6)")),
+    ("    >>> # small ones\n    ... f(2, 3)\n    (5, 6)", ("f(2, 3)", "(5, 6)")),  # was `candidate small ones`
+    ("    >>> f(2,\n    ...   3)\n    (5,\n     6)", ("f(2,\n  3)", "(5,\n 6)")),  # several lines each
+    ("    >>> (f)(2, 3)\n    (5, 6)", ("(f)(2, 3)", "(5, 6)")),  # was `candidate)(2, 3)`
+    ("    >>> f(*f(1, 1))\n    (3, 2)", ("f(*f(1, 1))", "(3, 2)")),  # the inner call was the task's stub
+])
+def test_each_example_is_checked_as_the_call_and_value_it_parses_to_never_as_spliced_text(
+        docstring: str, case: tuple[str, str]) -> None:
+    """Issue 52: a doctest call with a comment was spliced into `assert candidate(2, 3)  # small ones == 5`, the
+    comparison commented out, so a program answering 1 passed and was taken alone. Each way the reader accepts an
+    example, run in the real sandbox: the right program passes, `return 1` and a half-right one fail."""
+    found = task_examples(_task(docstring))
+    assert found is not None and found.cases == (case,)
+    assert passes_examples(RIGHT, found)
+    assert not passes_examples(WRONG, found) and not passes_examples(HALF, found)
+
+
+@pytest.mark.parametrize("docstring", [
+    "    >>> f(2, 3); f(0, 0)\n    (0, 0)",  # a semicolon: two statements, not one call
+    "    >>> g(2, 3)\n    (5, 6)",  # not the task's function
+    "    >>> f(2, 3) or True\n    (5, 6)",
+    "    f(2, 3) => (5, 6); import os",
+    "    f(2, 3) == (5, 6) or True",
+    "    >>> f(2, 3)\n    (5,\n    6) and more",  # a value that does not parse
+    "    >>>f(2, 3)\n    (5, 6)",  # doctest cannot read it (no blank after >>>): was a ValueError, a traceback
+    "    >>> f(2, 3)\n  (5, 6)",  # nor this (the value indented less than its >>>)
+])
+def test_what_is_not_one_call_of_the_function_and_one_value_is_not_an_example(docstring: str) -> None:
+    assert task_examples(_task(docstring)) is None
+
+
+async def test_a_wrong_first_program_is_not_taken_alone_when_an_example_carries_a_comment() -> None:
+    """Issue 52 as `lemon run` met it: the first voter's `return 1` passed the commented-out check, 1 call."""
+    task = _task("    >>> f(2, 3)  # small ones\n    (5, 6)")
+    result = await Executor(scripted_pool(_voters([WRONG, RIGHT, WRONG])), ROLES).run(
+        _team(3, StopRule(examples=True)), task)
+    assert result.calls == 2 and result.answer == RIGHT
+    assert result.early_stops[0]["scores"] == {"v0": 0, "v1": 1} and result.early_stops[0]["skipped"] == ["v2"]
+
+
+UNFENCED = ("Please complete this function.\n\nfrom typing import Tuple\n\n\n"
+            "def f(a: int, b: int) -> Tuple[int, int]:\n    \"\"\"The sum and the product.\n"
+            "    >>> f(2, 3)\n    (5, 6)\n    \"\"\"\n\nKeep it short.")
+
+
+def test_a_function_pasted_without_a_fence_is_read_as_one_in_a_fence() -> None:
+    """Issue 52: the kind detector read it as code, the gate read no examples (fenced tasks only)."""
+    code = task_code(UNFENCED)
+    assert code == UNFENCED[UNFENCED.index("from"):UNFENCED.index("\n\nKeep")] + "\n"  # imports in, prose out
+    found = task_examples(UNFENCED)
+    assert found is not None and found.entry == "f" and found.cases == (("f(2, 3)", "(5, 6)"),)
+    assert passes_examples(RIGHT, found) and not passes_examples(WRONG, found)
+    indented = "\n".join("    " + line for line in UNFENCED.splitlines())  # pasted indented, as from an email
+    assert task_code(indented) == code
+    assert task_code("What is 2 + 2?") is None and task_code("```python\nprint(1)\n```") == "print(1)\n"
+    assert task_code("def f(x):\n  y = (\n") == ""  # a code task, but nothing Python can read: no examples
+
+
+def test_on_all_164_prompts_the_reference_solution_passes_what_is_read_but_where_the_prompt_is_wrong(
+        data_dir: Path) -> None:
+    """External truth on the whole of HumanEval (the reader's output is part of measured results): it reads 381
+    examples from 137 prompts, as before the reader built its checks from parsed expressions (issue 52), and the
+    canonical solution passes them all on every prompt but five whose examples are wrong upstream: HumanEval/47
+    and /148 (above), /80 (`is_happy(a) => False`: unquoted strings), /116 (its examples sort by value, its
+    solution by count of ones) and /130 (`tri(1) = 3` states the sequence, not what the function returns)."""
+    read, cases, failing = 0, 0, set()
+    for item in load_split("humaneval", "all", data_dir):
+        found = task_examples(code_prompt(item))
+        if found is None:
+            continue
+        read, cases = read + 1, cases + len(found.cases)
+        if not passes_examples(_program(item), found):
+            failing.add(item.id)
+    assert (read, cases) == (137, 381)
+    assert failing == {"HumanEval/47", "HumanEval/80", "HumanEval/116", "HumanEval/130", "HumanEval/148"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +101,19 @@ def test_error_names_the_agent_and_field() -> None:
 def test_nested_flow_within_size_bound_is_rejected_cleanly() -> None:
     with pytest.raises(SpecError):
         parse_spec("agents: " + "[" * 5_000 + "]" * 5_000)
+
+
+def test_an_unknown_key_inside_stop_lists_the_stop_rules_fields_not_the_agents(tmp_path: Path,
+                                                                              _isolated_home: Path) -> None:
+    """Issue 52: `stop: {agree: 2, maxx: 2}` was answered with the agent's fields (name, role, duty...)."""
+    from tests.cli.test_cli_core import assert_clean_error, lemon
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("agents:\n  - {name: a, role: generalist, capacity: small}\n"
+                    "  - {name: b, role: generalist, capacity: small}\n"
+                    "  - {name: v, role: majority_vote, capacity: small, depends_on: [a, b],\n"
+                    "     stop: {agree: 2, maxx: 2}}\n")
+    proc = lemon("validate", str(spec), "--pool", "tiny", home=_isolated_home)
+    assert_clean_error(proc, "agent 3 ('v'), field stop.maxx: unknown field; allowed in stop: agree, confidence, max, "
+                             "wave, logprob, examples, learned, posterior")
+    assert len(proc.stderr.strip().splitlines()) == 1 and "depends_on" not in proc.stderr

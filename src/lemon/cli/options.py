@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, NamedTuple, NoReturn
 
 import typer
 from rich.console import Console
@@ -294,6 +294,11 @@ def _tidy_params(params: Sequence[Any]) -> None:
             p.metavar = p.name.upper()
 
 
+def _interrupted_before_a_command() -> NoReturn:
+    consoles().err.print("interrupted", markup=False, highlight=False)
+    raise typer.Exit(130) from None
+
+
 class LemonCommand(TyperCommand):
     """Every `lemon` command: the one dialect's parsing, clean help, and Ctrl-C as one line (exit 130)."""
 
@@ -323,7 +328,21 @@ class LemonCommand(TyperCommand):
 
 
 class LemonGroup(TyperGroup):
-    """The `lemon` app and its sub-apps: flags without a `<bool>` in the help."""
+    """The `lemon` app and its sub-apps: flags without a `<bool>` in the help, and Ctrl-C before a command runs
+    (while the arguments are read, the logging set up) as one line and exit 130: typer's own handling exited
+    130 without a word."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt:
+            _interrupted_before_a_command()
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # a command's own Ctrl-C is LemonCommand's: it arrives here as Exit(130)
+            _interrupted_before_a_command()
 
     def get_params(self, ctx: typer.Context) -> list[Any]:
         params = super().get_params(ctx)

@@ -27,6 +27,7 @@ from lemon.orchestrator.resolve import resolve_orchestrator
 from lemon.orchestrator.template import task_kind
 from lemon.paths import ensure_dir, runs_dir
 from lemon.runtime import Budget, Executor, RunResult, TraceEvent, VoteKey
+from lemon.runtime.budget import prompt_token_bound
 from lemon.spec.model import Spec
 from lemon.spec.parse import read_spec_file
 from lemon.spec.render import render_spec
@@ -192,6 +193,28 @@ def _show_detail(console: Console, shown: ShownSpec, progress: AgentProgress, re
         console.print(f"pruned: {name} ({reason})", markup=False, highlight=False)
 
 
+def check_budget_covers_a_call(pool: Pool, roles: RoleLibrary, spec: Spec, task: str, opts: RunOptions,
+                               spent: int = 0) -> None:
+    """`--budget-tokens` below the worst case of the run's cheapest first call (an agent that reads no other: its
+    prompt bound plus `--max-tokens`) is refused before anything runs or loads, saying what that call needs. Such
+    a run could only stop at that call (it read as "used up" with nothing used) or cut its reply short. `spent`:
+    what the orchestrator took of the budget first (the workers have the rest)."""
+    budget = opts.budget_tokens
+    first = [a for a in spec.agents if not a.depends_on and not roles[a.role].votes]
+    if budget is None or not first:
+        return
+    executor = Executor(pool, roles)
+    prompts = {a.name: prompt_token_bound(executor.messages(a, task, {}, spec)) for a in first}
+    agent = min(prompts, key=lambda name: prompts[name])
+    worst = prompts[agent] + opts.max_tokens
+    if budget < worst:
+        given = (f"--budget-tokens {budget + spent} leaves the workers a token budget of {budget} after the "
+                 f"orchestrator's {spent}," if spent else f"--budget-tokens {budget} is a token budget")
+        raise LemonError(f"{given} below one call's worst case: agent {agent!r} may take {worst} tokens (a "
+                         f"prompt of up to {prompts[agent]} and a reply of up to --max-tokens {opts.max_tokens}); "
+                         f"raise --budget-tokens to {worst + spent} or lower --max-tokens")
+
+
 def _print_json(data: dict[str, Any]) -> None:
     import json
 
@@ -267,6 +290,7 @@ async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrato
                 await pool.prepare((orch.level,))
         with console.status("orchestrator is writing the spec..."):
             proposal, opts = await propose_within_budget(orch, task, opts)
+        check_budget_covers_a_call(pool, roles, proposal.spec, task, opts, proposal.tokens)
         shown = ShownSpec(proposal.spec, f"spec ({proposal.source}, {proposal.tokens} orchestrator tokens)",
                           tuple(proposal.warnings))
         info = {"source": proposal.source, "tokens": proposal.tokens, "warnings": list(proposal.warnings),
@@ -283,6 +307,7 @@ async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptio
     spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(opts.pool))
     pool = load_pool(opts.pool, cache=opts.cache)
     try:
+        check_budget_covers_a_call(pool, roles, spec, task, opts)
         await _execute(console, pool, roles, ShownSpec(spec, f"spec {spec_path}"), task, opts)
     finally:
         await pool.aclose()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from lemon.errors import LemonError
 from lemon.extract import extract_choice, extract_code, extract_number, numbers_equal
-from lemon.runtime.examples_gate import sandbox_missing, task_examples
+from lemon.runtime.examples_gate import sandbox_missing, task_code, task_examples
 
 log = logging.getLogger(__name__)
 
@@ -56,13 +56,13 @@ class AnswerKind:
         return self.extract if self.vote_on_answers else None
 
 
-_CODE = re.compile(r"```python|^\s*def \w+\(.*\)\s*(->.*)?:\s*$", re.MULTILINE)
 _OPTION = re.compile(r"^\s*\(?([A-J])[).:]\s+\S", re.MULTILINE)
 
 
 def _shows_code(task: str) -> bool:
-    """A Python signature or a code fence."""
-    return bool(_CODE.search(task))
+    """A Python signature or a code fence: what the examples gate's reader (`task_code`) reads as code, so a
+    function pasted without a fence is read the same way by both (its kind, its team and its examples)."""
+    return task_code(task) is not None
 
 
 def _shows_options(task: str) -> bool:

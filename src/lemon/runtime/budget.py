@@ -100,14 +100,22 @@ class TokenLedger:
                 got = free
             elif self.reserved == 0:
                 self.refused = True
-                raise BudgetExhausted(f"{self.scope} token budget of {self.cap} used up before {what} "
-                                      f"({self.used} used, {low} needed at least)", self.scope)
+                raise BudgetExhausted(self._refusal(low, what), self.scope)
             else:
                 event = self._settled
                 await event.wait()  # someone settles: tokens may have come back
                 continue
             self.reserved += got
             return got
+
+    def _refusal(self, low: int, what: str) -> str:
+        """Why a call of at least `low` tokens is refused: the cap is used up, or it never could hold the call
+        (a budget below one call's need read as "used up" with nothing used)."""
+        if self.cap is not None and low > self.cap:
+            return (f"{self.scope} token budget of {self.cap} is below what one call needs: {what} needs {low} "
+                    f"tokens at least (its prompt and one reply token); raise the budget")
+        return (f"{self.scope} token budget of {self.cap} used up before {what} ({self.used} used, {low} needed "
+                "at least)")
 
     def settle(self, held: int, spent: int) -> None:
         """Give back reservation `held` and charge `spent` (synchronous: safe in `finally` on cancellation)."""

@@ -9,9 +9,10 @@ at the first program that passes them scored 56 of 60 at 559 tokens against one 
 The executor (`executor._Run._parents_until_stop`) runs the voter's parents one at a time; each new parent's
 program runs on the examples in the sandbox, as the upstream tests are run (`lemon.sandbox.runner.run_check`:
 two sandboxes, the examples' process calling the candidate through a pipe), and the first that passes is taken
-alone. The examples are read from the task text alone (the last fenced code block: a function with a
-docstring), so the gate needs no benchmark; a task without examples never fires it, and the parents' vote
-stands. A check costs no tokens.
+alone. The examples are read from the task text alone (its code, fenced or pasted without a fence, as
+`task_code` reads it for the template too: a function with a docstring), so the gate needs no benchmark; a task
+without examples never fires it, and the parents' vote stands. A check costs no tokens. Each check is built from
+the parsed call and value (`TaskExamples.test`), never by joining text a user wrote.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import ast
 import doctest
 import re
+import textwrap
 from dataclasses import dataclass
 
 from lemon.runtime.programs import program_code
@@ -32,37 +34,111 @@ _DEF = re.compile(r"^(?:async\s+)?def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
 @dataclass(frozen=True)
 class TaskExamples:
     """The examples a code task shows: its function (`entry`), the task's code (helpers and imports the
-    examples may need) and each example as (call, expected value), both Python source."""
+    examples may need) and each example as (call, expected value), both Python source as the task wrote them
+    (comments left out): each one expression, a call of `entry` and a literal value."""
 
     entry: str
     code: str
     cases: tuple[tuple[str, str], ...]
 
     def test(self) -> str:
-        """The examples as a `check(candidate)` function, the shape of HumanEval's upstream tests."""
-        lines = [f"    assert candidate{call[len(self.entry):]} == {want}" for call, want in self.cases]
+        """The examples as a `check(candidate)` function, the shape of HumanEval's upstream tests. Each check is
+        built from the parsed call and value, never by joining their text: a call written `f(2, 3)  # small`
+        once became `assert candidate(2, 3)  # small == 5`, its comparison commented out, which any program
+        passed; a value written `3, 1` became an assert whose message was 1."""
+        lines = []
+        for call, want in self.cases:
+            check = ast.Assert(test=ast.Compare(left=_as_candidate(call, self.entry), ops=[ast.Eq()],
+                                                comparators=[ast.parse(want, mode="eval").body]))
+            lines.append("    " + ast.unparse(check))
         return "def check(candidate):\n" + "\n".join(lines) + "\n"
 
 
+def _as_candidate(call: str, entry: str) -> ast.expr:
+    """`call` (a call of `entry`) with every use of `entry` in it calling `candidate` instead."""
+    node = ast.parse(call, mode="eval").body
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == entry):
+        raise ValueError(f"not a call of {entry}: {call!r}")
+    for name in ast.walk(node):
+        if isinstance(name, ast.Name) and name.id == entry:
+            name.id = "candidate"
+    return node
+
+
+#: A code task, as the template's kind reads it: a ```python fence, or a one-line `def` signature.
+_SIGNATURE = re.compile(r"^\s*def \w+\(.*\)\s*(->.*)?:\s*$", re.MULTILINE)
+_PYTHON_FENCE = "```python"
+#: A line that may open the code above a pasted function: an import, a decorator.
+_PREAMBLE = re.compile(r"^(?:from\s+[\w.]+\s+import\b|import\s+\w|@\w)")
+
+
+def task_code(task: str) -> str | None:
+    """The code a code task shows, or None when `task` is not a code task: the one reader of a code task, which
+    the template's answer kind (`task_kind`) and the examples gate both call. A task is code when it has a
+    ```python fence or a line that is a function's signature; its code is its last fenced block, else (a
+    function pasted without a fence) the lines from the first signature (with the imports and decorators just
+    above it) to the end of the last function's body, or "" when no function can be read from it."""
+    if _PYTHON_FENCE not in task and not _SIGNATURE.search(task):
+        return None
+    fenced = program_code(task)
+    return fenced if fenced is not None else _unfenced_code(task)
+
+
+def _unfenced_code(task: str) -> str:
+    """The functions of a task that shows them without a fence (see `task_code`); "" if they do not parse as
+    Python, first from the first signature, then the last function alone."""
+    lines = task.splitlines()
+    defs = [i for i, line in enumerate(lines) if _SIGNATURE.match(line)]
+    if not defs:
+        return ""
+    end = _body_end(lines, defs[-1])
+    for first in dict.fromkeys((defs[0], defs[-1])):
+        while first > 0 and (_PREAMBLE.match(lines[first - 1].lstrip()) or not lines[first - 1].strip()):
+            first -= 1
+        code = textwrap.dedent("\n".join(lines[first:end])).strip("\n")
+        if _expression(code, mode="exec") is not None:
+            return code + "\n"
+    return ""
+
+
+def _body_end(lines: list[str], at: int) -> int:
+    """The index after the last line of the function whose signature is `lines[at]`: the lines below it that
+    are blank or indented deeper than it (prose after the function is not its code)."""
+    indent = len(lines[at]) - len(lines[at].lstrip())
+    end = last = at + 1
+    while end < len(lines) and (not lines[end].strip() or len(lines[end]) - len(lines[end].lstrip()) > indent):
+        end += 1
+        last = end if lines[end - 1].strip() else last
+    return last
+
+
 def task_examples(task: str) -> TaskExamples | None:
-    """The examples of the last function defined in the task's last code block, or None if it shows none that
-    Python can read back: a call of that function and a literal value. Doctest examples (`>>> f(x)`, then the
-    value; nothing shown reads as None; the docstring's closing quotes are not part of the value) when there
-    are any, else examples written on one line in prose (`prose_examples`)."""
-    code = program_code(task)
+    """The examples of the last function defined in the task's code (`task_code`), or None if it shows none
+    that Python can read back: a call of that function and a literal value. Doctest examples (`>>> f(x)`, then
+    the value; nothing shown reads as None; the docstring's closing quotes are not part of the value) when
+    there are any, else examples written on one line in prose (`prose_examples`)."""
+    code = task_code(task)
     names = _DEF.findall(code or "")
-    if not code or not names:
+    if not code or not names or _expression(code, mode="exec") is None:
         return None
     entry, cases = names[-1], []
-    for example in doctest.DocTestParser().get_examples(code):
-        call = example.source.strip()
-        want = example.want.split('"""')[0].split("'''")[0].strip() or "None"
-        if _is_call_of(call, entry) and _literal(want):
-            cases.append((call, want))
+    for source, want in _doctests(code):
+        want = want.split('"""')[0].split("'''")[0].strip() or "None"
+        if case := _case(source, want, entry):
+            cases.append(case)
         elif want == "None":  # `>>> f(x) == y` with nothing shown: the writer meant it to be True
-            cases.extend(prose_examples(call, entry))
+            cases.extend(prose_examples(source, entry))
     cases = cases or prose_examples(code, entry)
     return TaskExamples(entry, code, tuple(cases)) if cases else None
+
+
+def _doctests(code: str) -> list[tuple[str, str]]:
+    """(source, shown value) of each doctest example in `code`; none when doctest cannot read it (a value
+    indented less than its `>>>`, a `>>>` without its blank): the examples are then read from prose."""
+    try:
+        return [(e.source.strip(), e.want) for e in doctest.DocTestParser().get_examples(code)]
+    except ValueError:
+        return []
 
 
 #: `f(x) == y`, `f(x) ➞ y`, `f(x) => y`, `f(x) ==> y`, `f(x) -> y`, `f(x) = y`, `f(x) returns y`,
@@ -81,25 +157,37 @@ def prose_examples(code: str, entry: str) -> list[tuple[str, str]]:
     cases = []
     for m in line.finditer(code):
         call, want = m.group("call"), m.group("want")
-        want = want if _literal(want) else want.removesuffix(".").strip()
-        if _is_call_of(call, entry) and _literal(want):
-            cases.append((call, want))
+        shown = _expression(want)
+        want = want if shown is not None and _literal(shown) else want.removesuffix(".").strip()
+        if case := _case(call, want, entry):
+            cases.append(case)
     return cases
 
 
-def _is_call_of(source: str, entry: str) -> bool:
-    """Whether `source` is one Python expression: a call of `entry` (not `f(x) == y`, not `round(f(x))`)."""
+def _case(call: str, want: str, entry: str) -> tuple[str, str] | None:
+    """(call, value) as written without comments, when `call` is one Python expression that calls `entry` (not
+    `f(x) == y`, not `round(f(x))`, not `g(x)`) and `want` one literal value; else None."""
+    call_node, want_node = _expression(call), _expression(want)
+    if not (isinstance(call_node, ast.Call) and isinstance(call_node.func, ast.Name) and call_node.func.id == entry):
+        return None
+    if want_node is None or not _literal(want_node):
+        return None
+    return ast.get_source_segment(call, call_node) or call, ast.get_source_segment(want, want_node) or want
+
+
+def _expression(source: str, mode: str = "eval") -> ast.AST | None:
+    """`source` parsed as one Python expression (its node) or, with mode "exec", a module; None if it is not."""
     try:
-        node = ast.parse(source, mode="eval").body
+        tree = ast.parse(source, mode=mode)
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        return False
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == entry
+        return None
+    return tree.body if isinstance(tree, ast.Expression) else tree
 
 
-def _literal(source: str) -> bool:
+def _literal(node: ast.AST) -> bool:
     try:
-        ast.literal_eval(source)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
     return True
 

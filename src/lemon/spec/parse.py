@@ -24,7 +24,8 @@ from pydantic import ValidationError
 from lemon.errors import SpecError
 from lemon.files import read_regular
 from lemon.spec.copies import expand_copies
-from lemon.spec.model import MAX_SPEC_CHARS, Spec
+from lemon.spec.model import MAX_SPEC_CHARS, Spec, StopRule
+from lemon.spec.stops import criteria
 
 _PLAIN_TAGS = frozenset({None, "!", "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"})
 # spec -> agents -> agent -> depends_on -> name is 4 deep; anything far deeper is hostile.
@@ -157,6 +158,8 @@ def describe_validation_error(exc: ValidationError, data: Any, index: int = 0) -
         msg = "must be lower_snake_case: a letter, then letters, digits or '_' (at most 24 characters)"
     elif err["type"] == "string_pattern_mismatch":
         msg = "must be one line without double quotes, backslashes or control characters"
+    elif err["type"] == "extra_forbidden" and loc[2:3] == ["stop"]:  # a stop rule's own fields, not an agent's
+        msg = f"unknown field; allowed in stop: {', '.join(stop_keys())}"
     elif err["type"] == "extra_forbidden":
         msg = ("unknown field; allowed: name, copies, role, duty, capacity, depends_on, stop (agents), agents, "
                "output (spec)")
@@ -187,3 +190,10 @@ def parse_spec(text: str) -> Spec:
         return Spec.model_validate(data)
     except ValidationError as exc:
         raise SpecError(describe_validation_error(exc, data)) from None
+
+
+def stop_keys() -> list[str]:
+    """The keys a stop rule may hold, in its dump's order: the first rules' criteria, the modifiers, the rest
+    of the registered criteria."""
+    first = [c.key for c in criteria() if c.always_dumped]
+    return [*first, *StopRule.model_fields, *(c.key for c in criteria() if not c.always_dumped)]
