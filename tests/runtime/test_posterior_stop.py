@@ -151,9 +151,10 @@ async def test_a_pool_that_cannot_score_is_refused_before_any_call() -> None:
     result = await _run(backend, ["A", "A", "A"], 0.9)
     assert result.status == "error" and result.calls == 0
     assert result.stop_reason == (
-        "agent 'vote', field stop: its posterior criterion scores each parent's reply, and level 'large' "
-        "(openai:remote) cannot score replies (only an embedded llama.cpp model can); serve that level "
-        "embedded, or remove posterior from the rule")
+        "agent 'vote', field stop: its posterior criterion reads each parent's reply log-probability, and level "
+        "'large' (openai:remote) gives none (an embedded llama.cpp model does, and an OpenAI-compatible level "
+        "whose server returns them, marked `logprobs: true` in the pool); serve that level so, or remove "
+        "posterior from the rule")
 
 
 TEXT = ("agents:\n" + "".join(f"  - {{name: v{i}, role: math_solver, capacity: large}}\n" for i in range(3))

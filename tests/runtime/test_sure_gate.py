@@ -192,9 +192,10 @@ async def test_a_level_that_cannot_score_is_a_one_line_error_before_any_call(tmp
     result = await _run(backend, StopRule(logprob=-10, agree=2), n=3)
     assert result.status == "error" and result.calls == 0 and "\n" not in result.stop_reason
     assert result.stop_reason == (
-        "agent 'vote', field stop: its logprob gate scores each parent's reply, and level 'large' "
-        "(openai:remote) cannot score replies (only an embedded llama.cpp model can); serve that level "
-        "embedded, or remove logprob from the rule")
+        "agent 'vote', field stop: its logprob gate reads each parent's reply log-probability, and level "
+        "'large' (openai:remote) gives none (an embedded llama.cpp model does, and an OpenAI-compatible level "
+        "whose server returns them, marked `logprobs: true` in the pool); serve that level so, or remove "
+        "logprob from the rule")
     without_gate = await _run(backend, StopRule(agree=2), n=3)
     assert without_gate.status == "ok"
 

@@ -140,8 +140,11 @@ class Scorer(Protocol):
 
 
 def can_score(backend: object) -> bool:
-    """Whether `backend` scores replies: a `Scorer`, and for a wrapper (the LLM cache: its `inner`) one whose
-    wrapped backend scores too."""
+    """Whether `backend` gives each reply's log-probability: it reads them from the generation (`reads_logprobs`:
+    embedded llama.cpp; an OpenAI-compatible level whose pool says `logprobs: true`), or it is a `Scorer`; for a
+    wrapper (the LLM cache: its `inner`), the wrapped backend does."""
+    if getattr(backend, "reads_logprobs", False) is True:
+        return True
     if not isinstance(backend, Scorer):
         return False
     inner = getattr(backend, "inner", None)

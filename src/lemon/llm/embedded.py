@@ -79,6 +79,11 @@ class EmbeddedBackend:
     def model_id(self) -> str:
         return f"embedded:{self._model}"
 
+    @property
+    def reads_logprobs(self) -> bool:
+        """Whether each completion carries its reply's log-probability, read from the generation."""
+        return self.read_logprobs
+
     def _path(self) -> Path:
         return verified_model_file(self._model, self._sha256)
 

@@ -92,9 +92,18 @@ class ReplyMessage(_Model):
     content: Annotated[str | None, Field(strict=True)] = None
 
 
+class TokenLogprob(_Model):
+    logprob: Annotated[float, Field(strict=False, allow_inf_nan=False, le=1e-6, ge=-1e6)]
+
+
+class ReplyLogprobs(_Model):
+    content: Annotated[list[TokenLogprob] | None, Field(max_length=1 << 20)] = None
+
+
 class ReplyChoice(_Model):
     message: ReplyMessage
     finish_reason: Annotated[str | None, Field(strict=True, max_length=64)] = None
+    logprobs: ReplyLogprobs | None = None
 
 
 class ReplyUsage(_Model):
@@ -112,6 +121,14 @@ class ChatReply(_Model):
     @property
     def text(self) -> str:
         return self.choices[0].message.content or ""
+
+    @property
+    def logprob(self) -> float | None:
+        """The reply's summed token log-probabilities, when the server sent them (`logprobs: true`)."""
+        found = self.choices[0].logprobs
+        if found is None or found.content is None:
+            return None
+        return float(sum(t.logprob for t in found.content))
 
 
 def parse_reply(raw: bytes, where: str) -> ChatReply:
@@ -167,7 +184,7 @@ class OpenAIBackend:
                  timeout_s: float = 120.0, max_retries: int = 3, backoff_s: float = 0.5,
                  schema_style: SchemaStyle = "llama_cpp", extensions: bool = True,
                  max_body_bytes: int = MAX_BODY_BYTES, max_retry_after_s: float = MAX_RETRY_AFTER_S,
-                 first_byte_s: float = FIRST_BYTE_S, notice_s: float | None = None) -> None:
+                 first_byte_s: float = FIRST_BYTE_S, notice_s: float | None = None, logprobs: bool = False) -> None:
         key = "not-needed"
         if api_key_env:
             key = os.environ.get(api_key_env, "")
@@ -181,6 +198,9 @@ class OpenAIBackend:
         self.max_retry_after_s = max_retry_after_s
         self.schema_style = schema_style
         self.extensions = extensions  # llama.cpp / vLLM sampling extensions (repeat_penalty, grammar)
+        # ask for each reply's token log-probabilities (a stop rule's gate reads them; llama-server and vLLM
+        # give them, llama_cpp.server does not): a reply without them is then a one-line error
+        self.reads_logprobs = logprobs
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
         self.timeout_s, self.first_byte_s = timeout_s, min(first_byte_s, timeout_s)
@@ -211,6 +231,8 @@ class OpenAIBackend:
             kwargs["seed"] = p.seed
         if p.stop:
             kwargs["stop"] = list(p.stop)
+        if self.reads_logprobs:  # not part of the request's cache key: the same draw, with its log-probabilities
+            kwargs["logprobs"], kwargs["top_logprobs"] = True, 1
         extra: dict[str, Any] = {}
         if request.json_schema is not None:
             if self.schema_style == "openai":
@@ -243,8 +265,14 @@ class OpenAIBackend:
                         self._answered = False  # busy, or gone silent: the probe before the retry tells
                     await self._before_retry(exc, attempt)
         usage = reply.usage or ReplyUsage()
+        logprob = reply.logprob
+        if self.reads_logprobs and logprob is None:
+            raise BackendError(f"{self.model_id}: the server sent no log-probabilities although the level asks for "
+                               "them (`logprobs: true`); serve it with llama.cpp's llama-server or vLLM, or set "
+                               "`logprobs: false` and drop the gate")
         return Completion(reply.text, usage.prompt_tokens, usage.completion_tokens,
-                          time.perf_counter() - start, self.model_id)
+                          time.perf_counter() - start, self.model_id, logprob=min(logprob, 0.0)
+                          if logprob is not None else None)
 
     def _budget(self) -> str:
         """The full wait a call may take, stated: per-attempt timeout, attempts, and the most in all."""

@@ -58,6 +58,8 @@ class LevelConfig(BaseModel):
     first_byte_s: float = Field(default=10.0, gt=0, le=3_600)
     schema_style: Literal["llama_cpp", "openai"] = "llama_cpp"
     extensions: bool = True
+    # the server returns each reply's token log-probabilities (llama-server, vLLM): a logprob gate may run here
+    logprobs: bool = False
     # scripted (test double)
     latency_s: float = Field(default=0.0, ge=0, le=3_600)
     hold_file: str | None = Field(default=None, max_length=4096)  # see ScriptedBackend
@@ -179,7 +181,7 @@ def _make_backend(lv: LevelConfig) -> Backend:
         assert lv.base_url is not None
         return OpenAIBackend(lv.base_url, lv.model, api_key_env=lv.api_key_env, concurrency=lv.concurrency,
                              timeout_s=lv.timeout_s, max_retries=lv.max_retries, schema_style=lv.schema_style,
-                             extensions=lv.extensions, first_byte_s=lv.first_byte_s)
+                             extensions=lv.extensions, first_byte_s=lv.first_byte_s, logprobs=lv.logprobs)
     from lemon.llm.scripted import ScriptedBackend
 
     return ScriptedBackend(lv.model, latency_s=lv.latency_s, hold_file=lv.hold_file,

@@ -127,6 +127,8 @@ def served_config(cfg: PoolConfig, workers: list[Worker], *, urls: Mapping[str, 
         level = {"name": lv.name, "backend": "openai", "model": w.alias, "base_url": url,
                  "concurrency": max(lv.concurrency, SERVED_CONCURRENCY), "timeout_s": SERVED_TIMEOUT_S,
                  "schema_style": "llama_cpp"}
+        if w.binary is not None:  # llama-server gives each reply's token log-probabilities: a gate may run there
+            level["logprobs"] = True
         levels.append({**level, "api_key_env": api_key_env} if api_key_env else level)
     defaults = cfg.defaults.model_dump(mode="json", exclude_defaults=True)
     if cfg.defaults.repeat_penalty is None:

@@ -58,9 +58,10 @@ def gate_refusal(voter: Agent, parents: Sequence[str], spec: Spec, pool: Pool, r
             continue  # calls no model: never sure, never scored
         backend = pool.backend(parent.capacity)
         if not can_score(backend):
-            return (f"agent {voter.name!r}, field stop: its {what} scores each parent's reply, and level "
-                    f"{parent.capacity!r} ({backend.model_id}) cannot score replies (only an embedded llama.cpp "
-                    f"model can); serve that level embedded, or remove {what.split()[0]} from the rule")
+            return (f"agent {voter.name!r}, field stop: its {what} reads each parent's reply log-probability, and "
+                    f"level {parent.capacity!r} ({backend.model_id}) gives none (an embedded llama.cpp model does, "
+                    "and an OpenAI-compatible level whose server returns them, marked `logprobs: true` in the "
+                    f"pool); serve that level so, or remove {what.split()[0]} from the rule")
     return None
 
 
