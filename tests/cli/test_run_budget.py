@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from lemon.cli.session import RunOptions, propose_within_budget
+from lemon.api.session import RunSettings, propose_within_budget
 from lemon.errors import LemonError
 from lemon.llm.base import Message
 from lemon.orchestrator.base import Proposal
@@ -43,8 +41,8 @@ class WritingOrchestrator:
         return Proposal(SPEC, "model", "raw", prompt_tokens=self.spends - 5, completion_tokens=5)
 
 
-def _opts(budget: int | None) -> RunOptions:
-    return RunOptions("tiny", 64, budget, None, 0, Path("."))
+def _opts(budget: int | None) -> RunSettings:
+    return RunSettings(max_tokens=64, budget_tokens=budget)
 
 
 async def test_workers_get_what_the_orchestrator_left() -> None:
