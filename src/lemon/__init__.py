@@ -6,16 +6,19 @@ The Python API (each name's `help()` says what it takes and returns; the `lemon`
 
     result = lemon.run("TASK")              # answer a task: an orchestrator writes a spec, the runtime runs it
     result.answer, result.tokens            # the extracted answer and what it cost (orchestrator included)
-    result.trace                            # the orchestration trace (saved; `lemon view` reads it)
+    print(result.trace)                     # the orchestration trace, saved (`lemon view` reads it)
     spec = lemon.Spec.parse(text)           # a spec from YAML or JSON, checked; str(spec) is its canonical form
     lemon.execute(spec, "TASK")             # run a spec you wrote (`lemon exec`)
-    pool = lemon.load_pool("cpu")           # capacity levels -> models
+    pool = lemon.load_pool("cpu")           # capacity levels -> models, reusable across calls
+    lemon.evaluate("gsm8k", "template", limit=20)   # a method on a benchmark, stored and resumable (`lemon eval`)
+    lemon.read_trace(result.trace_path)     # a saved trace, typed (`lemon.Trace`), by path or id
+    lemon.explain(spec, "TASK")             # what each single-field edit of a run's spec changes (`lemon explain`)
 
 `run` and `execute` use the CLI's defaults (`lemon.llm.defaults`): workers sampled at temperature 0.7 with
-384-token replies on every pool, votes compared by the answer of the task's kind, the LLM cache on. Async code
-awaits `arun` / `aexecute`. Everything else in the package is private by convention: the layers below
-(spec -> llm -> sandbox -> runtime -> orchestrator -> benchmarks -> evaluation -> train -> inspection -> api,
-with a thin cli on top) keep their contracts in docs/architecture.md.
+384-token replies on every pool, votes compared by the answer of the task's kind, the template orchestrator,
+the LLM cache on. Async code awaits `arun`, `aexecute`, `aevaluate`, `aexplain`. Everything else in the package
+is private by convention: the layers below (spec -> llm -> sandbox -> runtime -> orchestrator -> benchmarks ->
+evaluation -> train -> inspection -> api, with a thin cli on top) keep their contracts in docs/architecture.md.
 
 The API loads on first use of one of its names: `import lemon` alone stays light.
 
@@ -34,8 +37,8 @@ from lemon.errors import LemonError
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 #: The public API: `lemon.api`'s names, loaded on first use.
-API = ("Result", "RunObserver", "RunSettings", "Spec", "TraceNotSaved", "aexecute", "arun", "execute", "load_pool",
-       "run")
+API = ("Result", "RunObserver", "Spec", "Trace", "TraceNotSaved", "aevaluate", "aexecute", "aexplain", "arun",
+       "evaluate", "execute", "explain", "load_pool", "read_trace", "run")
 __all__ = ["LemonError", *API]
 __version__ = "0.1.0"
 

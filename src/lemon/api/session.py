@@ -187,7 +187,7 @@ def run(task: str, *, pool: PoolRef = DEFAULT_POOL, orchestrator: str = "templat
     timeout, a failing model) is returned with `ok` False and its partial trace, not raised. Inside a running
     event loop (a notebook) it runs in a thread of its own; async code may await `arun` instead.
     """
-    return _sync(arun(task, pool=pool, orchestrator=orchestrator, level=level, seed=seed, temperature=temperature,
+    return sync(arun(task, pool=pool, orchestrator=orchestrator, level=level, seed=seed, temperature=temperature,
                       max_tokens=max_tokens, budget_tokens=budget_tokens, timeout=timeout, cache=cache,
                       trace_dir=trace_dir, save_trace=save_trace, observer=observer))
 
@@ -213,7 +213,7 @@ def execute(spec: Spec | str | Path, task: str, *, pool: PoolRef = DEFAULT_POOL,
 
     `spec` is a `lemon.Spec` (or a plain spec model), or a spec file's path; it is checked against the role
     library and the pool's levels before any model loads. Votes compare the answers of the task's kind."""
-    return _sync(aexecute(spec, task, pool=pool, seed=seed, temperature=temperature, max_tokens=max_tokens,
+    return sync(aexecute(spec, task, pool=pool, seed=seed, temperature=temperature, max_tokens=max_tokens,
                           budget_tokens=budget_tokens, timeout=timeout, cache=cache, trace_dir=trace_dir,
                           save_trace=save_trace, observer=observer))
 
@@ -243,7 +243,7 @@ async def _run_task(task: str, pool: PoolRef, settings: RunSettings, *, orchestr
     """The spec an orchestrator writes for `task`, run: the one recipe of `lemon run` (trace not saved)."""
     observer = observer or RunObserver()
     roles = RoleLibrary.load()
-    async with _opened(pool, settings.cache) as the_pool:
+    async with opened(pool, settings.cache) as the_pool:
         orch = resolve_orchestrator(orchestrator, the_pool, roles, level)
         if orch.level is not None:
             with observer.stage("orchestrator_model"):
@@ -264,7 +264,7 @@ async def _exec_spec(spec: Spec, task: str, pool: PoolRef, settings: RunSettings
                     observer: RunObserver | None = None) -> Result:
     """`spec` (checked) run on `task`: the one recipe of `lemon exec` (trace not saved)."""
     roles = RoleLibrary.load()
-    async with _opened(pool, settings.cache) as the_pool:
+    async with opened(pool, settings.cache) as the_pool:
         run = await _execute(spec, task, the_pool, roles, settings, observer or RunObserver(),
                              reply_extractor(task_kind(task)))
     return _result(task, spec, run, pool, None)
@@ -313,7 +313,7 @@ def _result(task: str, spec: Spec, run: RunResult, pool: PoolRef, proposal: Prop
 
 
 @asynccontextmanager
-async def _opened(pool: PoolRef, cache: bool) -> AsyncIterator[Pool]:
+async def opened(pool: PoolRef, cache: bool) -> AsyncIterator[Pool]:
     """`pool` loaded, and closed on leaving, when it is named; a `Pool` given is used as is and left open (its
     own cache setting holds)."""
     if isinstance(pool, Pool):
@@ -333,7 +333,7 @@ def _task(task: str) -> str:
     return task
 
 
-def _sync(coro: Coroutine[object, object, T]) -> T:
+def sync(coro: Coroutine[object, object, T]) -> T:
     """Run `coro` to its end: on this thread, or on a thread of its own when this one runs an event loop
     already (a notebook), where `asyncio.run` refuses."""
     try:
