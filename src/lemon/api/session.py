@@ -109,10 +109,12 @@ class Result:
 
     @property
     def status(self) -> str:
+        """`ok`, `budget_exceeded`, `timeout` or `error`."""
         return self.run.status
 
     @property
     def stop_reason(self) -> str:
+        """Why the run ended, in words (the final answer, or what stopped it)."""
         return self.run.stop_reason
 
     @property
@@ -122,6 +124,7 @@ class Result:
 
     @property
     def trace(self) -> Trace:
+        """The orchestration trace; `print()` it for one line per event."""
         return self.run.trace
 
     @property
@@ -131,6 +134,7 @@ class Result:
 
     @property
     def orchestrator_tokens(self) -> int:
+        """What writing the spec cost (0 for the template, which calls no model)."""
         return self.proposal.tokens if self.proposal is not None else 0
 
     @property
@@ -140,10 +144,12 @@ class Result:
 
     @property
     def tokens_by_agent(self) -> dict[str, AgentTokens]:
+        """Each agent's prompt and completion tokens, its level and model, and whether a cache served it."""
         return self.run.tokens_by_agent
 
     @property
     def wall_s(self) -> float:
+        """Seconds the agents ran (the spec's run, not the orchestrator's)."""
         return self.run.wall_s
 
     def save_trace(self, folder: str | Path | None = None) -> Result:

@@ -8,10 +8,12 @@ API's keyword arguments and the evaluation harness's settings all default to the
 
 from __future__ import annotations
 
-#: The pool a run uses unless told otherwise: three small models installed from PyPI packages, on a CPU.
 DEFAULT_POOL = "cpu"
-#: One worker reply limit for run, exec, eval and explain. The `tiny` pool's own default (128) cut
-#: chain-of-thought answers mid-sentence in `eval` while `run` and `exec` used 384 on the same pool.
+"""The pool a run uses unless told otherwise: three small models installed from PyPI packages, on a CPU."""
+
 DEFAULT_MAX_TOKENS = 384
-#: Workers sample: a vote of greedy voters is one answer repeated (a stop rule then always fires on it).
+"""One worker reply limit for run, exec, eval and explain. The `tiny` pool's own default (128) cut
+chain-of-thought answers mid-sentence in `eval` while `run` and `exec` used 384 on the same pool."""
+
 DEFAULT_TEMPERATURE = 0.7
+"""Workers sample: a vote of greedy voters is one answer repeated (a stop rule then always fires on it)."""
