@@ -21,9 +21,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from lemon.evaluation.evaluate import EvalPlan, Execution, evaluate
-from lemon.evaluation.item import EvalSettings
-from lemon.evaluation.methods import resolve_method
+import lemon
 from lemon.evaluation.store import ResultsStore
 
 log = logging.getLogger("bench_default")
@@ -34,10 +32,9 @@ STRONGEST = "large"  # the cpu pool's strongest level (Qwen2.5-Coder-1.5B)
 
 async def wall_per_item(method: str, *, items: int, data_dir: str | None, store: Path) -> dict[str, float]:
     """Per-item wall seconds of `method` on the first `items` MultiArith test items, seed 0, cache off."""
-    settings = EvalSettings(benchmark="multiarith", method=resolve_method(method), level=STRONGEST, pool="cpu",
-                            max_tokens=256, cache=False)
-    summary = await evaluate(settings, EvalPlan(limit=items, seeds=1, data_dir=data_dir), store=store,
-                             execution=Execution(concurrency=1))
+    level = None if method == "template" else STRONGEST  # the template chooses its levels (the strongest)
+    summary = await lemon.aevaluate("multiarith", method, limit=items, pool="cpu", level=level, max_tokens=256,
+                                    cache=False, store=store, data_dir=data_dir, concurrency=1)
     with ResultsStore(store) as db:
         rows = db.items(summary.run_id)
     log.info("%s: %d items, accuracy %.1f%%, %.0f worker tokens/item", method, len(rows),

@@ -126,15 +126,11 @@ def write_pool(path: Path, base_url: str, concurrency: int) -> Path:
 
 
 async def timed_eval(pool: Path, store: Path, *, items: int, concurrency: int, data_dir: str | None) -> float:
-    from lemon.evaluation.evaluate import EvalPlan, Execution, evaluate
-    from lemon.evaluation.item import EvalSettings
-    from lemon.evaluation.methods import resolve_method
+    import lemon
 
-    settings = EvalSettings("multiarith", resolve_method("vanilla"), level="medium", pool=str(pool),
-                            temperature=0.0, cache=False)
     start = time.perf_counter()
-    summary = await evaluate(settings, EvalPlan(limit=items, seeds=1, data_dir=data_dir), store=store,
-                             execution=Execution(concurrency=concurrency))
+    summary = await lemon.aevaluate("multiarith", "vanilla", limit=items, pool=pool, level="medium", temperature=0.0,
+                                    cache=False, store=store, data_dir=data_dir, concurrency=concurrency)
     wall = time.perf_counter() - start
     assert summary.computed == items, summary
     log.info("concurrency %d: %d items in %.2fs (%.1f items/s), accuracy %.2f", concurrency, items, wall,

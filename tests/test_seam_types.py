@@ -3,9 +3,10 @@
 A seam is where one part hands data to another: the runtime's results and trace records (what evaluation and
 training read), the orchestrator interface and its resolver, the benchmark interface, the evaluation harness and its
 results store (its rows: `ItemRow`, `RunInfo`), the trainer's tasks, rollout, batch, settings,
-update and run-folder rows, and the `lemon run` session. Their public functions and methods, and the fields of
-their public classes, must name their types: trace events, token records and stop decisions are TypedDicts,
-the trainer's rows (`samples.jsonl`) a TypedDict, models and optimizers torch's own classes.
+update and run-folder rows, the public API (`lemon.api`: `lemon.run` and the rest) and the `lemon run` session.
+Their public functions and methods, and the fields of their public classes, must name their types: trace events,
+token records and stop decisions are TypedDicts, the trainer's rows (`samples.jsonl`) a TypedDict, models and
+optimizers torch's own classes.
 
 Left out, on purpose: the modules that wrap third-party objects typed only at run time (`train.generation`,
 `train.policy_handle`, `train.distributed`: HF models and tokenizers, accelerate's engine) and readers of
@@ -31,7 +32,7 @@ SEAMS = (
     "lemon.train.tasks", "lemon.train.rollout", "lemon.train.batch", "lemon.train.settings", "lemon.train.metrics",
     "lemon.train.workers", "lemon.train.update", "lemon.train.accumulate", "lemon.train.microbatch",
     "lemon.train.checkpoint", "lemon.train.grpo",
-    "lemon.cli.session",
+    "lemon.api.session", "lemon.api.spec", "lemon.cli.session",
 )
 
 

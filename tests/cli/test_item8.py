@@ -111,10 +111,10 @@ def test_eval_prints_no_repair_warning_per_item(tmp_path: Path, _isolated_home: 
 def test_eval_uses_the_one_max_tokens_default_whatever_the_pools(tmp_path: Path, _isolated_home: Path,
                                                                   data_dir: Path) -> None:
     """`tiny`'s 128 tokens cut CoT mid-sentence in eval while run/exec used 384: now every command uses 384."""
-    from lemon.cli.bench_cmds import _identity_max_tokens
+    from lemon.api.eval import identity_max_tokens
 
-    assert _identity_max_tokens("cpu", 384) is None  # cpu's own default: stored cpu runs keep their ids
-    assert _identity_max_tokens("tiny", 384) == 384
+    assert identity_max_tokens("cpu", 384) is None  # cpu's own default: stored cpu runs keep their ids
+    assert identity_max_tokens("tiny", 384) == 384
     pool = tmp_path / "p.yaml"
     pool.write_text("name: p\ndefaults: {max_tokens: 32}\n" + _scripted_pool(tmp_path).read_text().split("\n", 1)[1])
     store = tmp_path / "r.sqlite"

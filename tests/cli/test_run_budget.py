@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lemon.cli.session import RunOptions, propose_within_budget
+from lemon.api.session import RunSettings, propose_within_budget
 from lemon.errors import LemonError
 from lemon.llm.base import Message
 from lemon.orchestrator.base import Proposal
@@ -44,8 +44,8 @@ class WritingOrchestrator:
         return Proposal(SPEC, "model", "raw", prompt_tokens=self.spends - 5, completion_tokens=5)
 
 
-def _opts(budget: int | None) -> RunOptions:
-    return RunOptions("tiny", 64, budget, None, 0, Path("."))
+def _opts(budget: int | None) -> RunSettings:
+    return RunSettings(max_tokens=64, budget_tokens=budget)
 
 
 async def test_workers_get_what_the_orchestrator_left() -> None:
@@ -93,7 +93,7 @@ def test_a_budget_below_one_calls_worst_case_is_refused_up_front_saying_what_one
 
 
 def test_what_the_orchestrator_left_is_the_budget_one_call_must_fit_in() -> None:
-    from lemon.cli.session import check_budget_covers_a_call
+    from lemon.api.session import check_budget_covers_a_call
     from lemon.llm.scripted import ScriptedBackend
     from tests.pools import scripted_pool
 

@@ -255,7 +255,7 @@ def test_eval_serves_its_workers_by_default_only_beside_torch_on_a_gpu(
     servers: tests/train/test_served_workers.py) and for whether torch sees a GPU."""
     import contextlib
 
-    from lemon.cli import bench_cmds
+    from lemon.api import eval as api_evaluate
     from lemon.evaluation.methods import resolve_method
 
     asked: list[tuple[str, bool, Path]] = []
@@ -267,7 +267,7 @@ def test_eval_serves_its_workers_by_default_only_beside_torch_on_a_gpu(
 
     monkeypatch.setenv("LEMON_HOME", str(tmp_path))
     monkeypatch.setattr("lemon.llm.serve.workers_for", recording_workers_for)
-    monkeypatch.setattr(bench_cmds, "_torch_sees_a_gpu", lambda: gpu)
-    with bench_cmds._eval_workers("tiny", resolve_method(method), flag) as pool:
+    monkeypatch.setattr(api_evaluate, "torch_sees_a_gpu", lambda: gpu)
+    with api_evaluate.eval_workers("tiny", resolve_method(method), flag) as pool:
         assert pool == "tiny"
     assert asked == [("tiny", served, tmp_path / "served" / "tiny")]  # lemon serve's folder: one served file

@@ -1,15 +1,12 @@
-"""`lemon eval` and `lemon report`: thin typer commands over `lemon.evaluation.evaluate` and `lemon.evaluation.report`.
+"""`lemon eval` and `lemon report`: thin typer commands over `lemon.api.evaluate` and `lemon.evaluation.report`.
 
 The lead registers them on the main app with `register(app)`. Option parsing only; the work is in the library.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
-import functools
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +14,6 @@ import typer
 from rich.markup import escape
 
 from lemon.cli.options import (
-    DEFAULT_MAX_TOKENS,
     DEFAULT_POOL,
     DEFAULT_TEMPERATURE,
     ApiKeyEnvOpt,
@@ -107,77 +103,37 @@ def eval_cmd(
     first 8 items all fail); 3 some items ended in error (counted in the summary; re-run with --retry-errors);
     4 --budget-tokens-total ran out before every item was computed.
     """
-    from lemon.evaluation.evaluate import EvalPlan
-    from lemon.evaluation.item import EvalSettings
-    from lemon.evaluation.methods import resolve_method
+    from lemon.api.eval import evaluate
+    from lemon.cli.progress import eval_progress_bar
 
-    pool, max_tokens = _workers(benchmark, pool, (model, base_url, api_key_env), max_tokens, temperature, threads)
-    resolved = resolve_method(method)
-    at_pool = functools.partial(EvalSettings, benchmark=benchmark, method=resolved, temperature=temperature,
-                                level=_eval_level(method, level, pool), n_agents=agents, budget_tokens=budget_tokens,
-                                call_timeout_s=timeout, cache=not no_cache)
-    plan = EvalPlan(split=split, limit=limit, seeds=seeds, data_dir=data_dir, first_seed=seed or 0)
-    execution = _execution(concurrency=concurrency, ray_address=ray, shard=_parse_shard(shard),
-                           budget_tokens_total=budget_tokens_total, retry_errors=retry_errors)
-    with _eval_workers(pool, resolved, serve_workers) as pool:
-        settings = at_pool(pool=pool, max_tokens=_identity_max_tokens(pool, max_tokens))
-        _evaluate_and_report(settings, plan, _eval_store(store, out), execution, as_json=as_json)
+    pool = _workers(pool, (model, base_url, api_key_env), max_tokens, temperature, threads)
+    store_path = _eval_store(store, out)
+    with eval_progress_bar(consoles().err) as on_progress:
+        summary = evaluate(benchmark, method, split=split, limit=limit, seeds=seeds, first_seed=seed or 0, pool=pool,
+                           level=level, temperature=temperature, max_tokens=max_tokens, agents=agents,
+                           budget_tokens=budget_tokens, budget_tokens_total=budget_tokens_total, timeout=timeout,
+                           cache=not no_cache, store=store_path, data_dir=data_dir, concurrency=concurrency,
+                           retry_errors=retry_errors, ray=ray, shard=_parse_shard(shard),
+                           serve_workers=serve_workers, on_progress=on_progress)
+    _report_summary(summary, as_json=as_json)
 
 
-def _workers(benchmark: str, pool: str, endpoint: tuple[str | None, str | None, str | None], max_tokens: int | None,
-             temperature: float, threads: int | None) -> tuple[str, int]:
-    """What the worker flags say: the pool (`--pool`, or the one `--model`/`--base-url`/`--api-key-env` name)
-    and the reply limit (`--max-tokens`, else the benchmark's own), checked; `--threads` applied."""
+def _workers(pool: str, endpoint: tuple[str | None, str | None, str | None], max_tokens: int | None,
+             temperature: float, threads: int | None) -> str:
+    """What the worker flags say, checked by the flags' names: the pool (`--pool`, or the one
+    `--model`/`--base-url`/`--api-key-env` name); `--threads` applied."""
     from lemon.cli.session import endpoint_pool
 
-    max_tokens = _worker_max_tokens(benchmark, max_tokens)
     check_worker_options(max_tokens=max_tokens, temperature=temperature)
     apply_threads(threads)
-    return endpoint_pool(pool, *endpoint), max_tokens
+    return endpoint_pool(pool, *endpoint)
 
 
-def _execution(**how: Any) -> Any:
-    """`evaluate.Execution(**how)`, imported when a command runs (the CLI starts without the evaluation stack)."""
-    from lemon.evaluation.evaluate import Execution
+def _report_summary(summary: Any, *, as_json: bool = False) -> None:
+    """Print the summary (or, `as_json`, one JSON object) and where to see the run; exit with its status."""
+    from lemon.evaluation.evaluate import exit_status, summary_lines
 
-    return Execution(**how)
-
-
-@contextlib.contextmanager
-def _eval_workers(pool: str, method: Any, serve: bool | None) -> Iterator[str]:
-    """The pool the evaluation calls: `pool`, or its served copy (`--serve-workers`; by default whenever a
-    trained policy's torch finds a GPU, where a CUDA llama.cpp in the same process crashes it). The served
-    file is `lemon serve`'s (LEMON_HOME/served/POOL/pool.yaml at the same port), so a run started against
-    `lemon serve` resumes under `--serve-workers` and back: a run is named by its pool file's content."""
-    from lemon.evaluation.methods import loads_torch
-    from lemon.llm.pools import read_pool_config
-    from lemon.llm.serve import workers_for
-    from lemon.paths import lemon_home
-
-    if serve is None:
-        serve = loads_torch(method) and _torch_sees_a_gpu()
-    folder = lemon_home() / "served" / Path(read_pool_config(pool).name).name
-    with workers_for(pool, serve, folder) as served:
-        yield served
-
-
-def _torch_sees_a_gpu() -> bool:
-    """Asked only for a trained policy, which imports torch anyway."""
-    import torch
-
-    return bool(torch.cuda.is_available())
-
-
-def _evaluate_and_report(settings: Any, plan: Any, store: Path | None, execution: Any, *,
-                         as_json: bool = False) -> None:
-    """Evaluate under a progress bar, print the summary (or, `as_json`, one JSON object) and where to see the
-    run; exit with its status."""
-    from lemon.cli.progress import eval_progress_bar
-    from lemon.evaluation.evaluate import evaluate, exit_status, summary_lines
-
-    console, err_console = consoles()
-    with eval_progress_bar(err_console) as on_progress:
-        summary = asyncio.run(evaluate(settings, plan, store=store, execution=execution, on_progress=on_progress))
+    console = consoles().out
     code = exit_status(summary)
     if as_json:
         emit_json(summary_json(summary, code))
@@ -218,54 +174,6 @@ def _print_summary(console: Any, summary: Any, summary_lines: Any) -> None:
                                 level=shown_level(summary.method, summary.level))
     for line in summary_lines(shown):
         console.print(line, highlight=False)
-
-
-def _uses_level(method: str) -> bool:
-    """Only a fixed baseline puts every agent at one `--level`; orchestrators choose levels per agent."""
-    from lemon.evaluation.methods import uses_level
-
-    return uses_level(method)
-
-
-def _eval_level(method: str, level: str | None, pool: str) -> str:
-    """The level the run is stored under: `--level` (default medium) for a baseline, checked against the pool
-    here, before the progress bar or any model starts (the library's own check came only once the run had
-    begun). For the other methods an explicit `--level` is refused (it would change nothing but the run id);
-    they are stored under `medium` as before (their run ids stay), or the pool's first level when it has no
-    `medium`."""
-    from lemon.llm.pools import pool_level_names
-
-    levels = pool_level_names(pool)
-    if _uses_level(method):
-        if (level or "medium") not in levels:
-            said = f"--level {level!r} is not" if level is not None else "the default --level 'medium' is not"
-            raise LemonError(f"{said} a level of pool {pool}; pass --level one of: {', '.join(levels)}")
-        return level or "medium"
-    if level is not None:
-        raise LemonError(f"--level applies to the fixed baselines; method {method!r} chooses the level of each "
-                         "agent itself: drop --level")
-    return "medium" if "medium" in levels else levels[0]
-
-
-def _worker_max_tokens(benchmark: str, max_tokens: int | None) -> int:
-    """`--max-tokens`, else the benchmark's own reply length (AQuA's chain of thought needs 1,024), else LEMON's
-    default. Resolved here, before the run's identity: a run records the value its workers had, so AQuA runs
-    stored at 384 are found again with `--max-tokens 384`."""
-    from lemon.benchmarks.base import reply_tokens
-    from lemon.benchmarks.registry import get_benchmark
-
-    if max_tokens is not None:
-        return max_tokens
-    return reply_tokens(get_benchmark(benchmark)) or DEFAULT_MAX_TOKENS
-
-
-def _identity_max_tokens(pool: str, max_tokens: int) -> int | None:
-    """What goes into the run's identity: None ("the pool's default", as runs stored before --max-tokens had
-    one default) when the pool's default is that value anyway, so those runs still resume; the value when it
-    differs (e.g. `tiny`, whose 128 is now 384: its results change, and so does its run id)."""
-    from lemon.llm.pools import read_pool_config
-
-    return None if read_pool_config(pool).defaults.max_tokens == max_tokens else max_tokens
 
 
 def report_cmd(

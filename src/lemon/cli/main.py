@@ -10,7 +10,7 @@ import asyncio
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.logging import RichHandler
@@ -38,6 +38,9 @@ from lemon.cli.options import (
     stop_on_sigterm,
 )
 from lemon.errors import LemonError
+
+if TYPE_CHECKING:
+    from lemon.cli.session import RunOptions
 
 app = LemonTyper(
     name="lemon",
@@ -84,6 +87,21 @@ def _check_run_options(max_tokens: int, budget_tokens: int | None, timeout: floa
     check_timeout("--timeout", timeout)
 
 
+def _run_options(pool: str, endpoint: tuple[str | None, str | None, str | None], seed: int, temperature: float,
+                 max_tokens: int, budget_tokens: int | None, timeout: float | None, no_cache: bool, out: Path | None,
+                 as_json: bool, threads: int | None) -> RunOptions:
+    """What `run` and `exec` share, checked with the flags' names (the API checks them again, by its
+    arguments' names); `--threads` applied; the pool `--model/--base-url` name, if given."""
+    from lemon.api.session import RunSettings
+    from lemon.cli.session import RunOptions, endpoint_pool
+
+    _check_run_options(max_tokens, budget_tokens, timeout, temperature)
+    apply_threads(threads)
+    settings = RunSettings(seed=seed, temperature=temperature, max_tokens=max_tokens, budget_tokens=budget_tokens,
+                           timeout=timeout, cache=not no_cache)
+    return RunOptions(endpoint_pool(pool, *endpoint), settings, out, as_json=as_json)
+
+
 @app.command()
 def run(
     task: Annotated[str, typer.Argument(help="The task, e.g. a GSM8K-style question.")],
@@ -109,14 +127,11 @@ def run(
     threads: MaybeThreadsOpt = None,
 ) -> None:
     """Orchestrate TASK into a spec, execute it, and show the answer, the spec and tokens per agent."""
-    from lemon.cli.session import RunOptions, endpoint_pool, run_task
+    from lemon.cli.session import run_task
 
     check_task(task)
-    _check_run_options(max_tokens, budget_tokens, timeout, temperature)
-    apply_threads(threads)
-    pool = endpoint_pool(pool, model, base_url, api_key_env)
-    opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, out, cache=not no_cache,
-                      temperature=temperature, as_json=as_json)
+    opts = _run_options(pool, (model, base_url, api_key_env), seed, temperature, max_tokens, budget_tokens,
+                        timeout, no_cache, out, as_json, threads)
     console = consoles().err if as_json else consoles().out
     asyncio.run(run_task(console, task, opts, orchestrator=orchestrator, level=level))
 
@@ -140,14 +155,11 @@ def exec_(
     threads: MaybeThreadsOpt = None,
 ) -> None:
     """Execute an existing SPEC on TASK."""
-    from lemon.cli.session import RunOptions, endpoint_pool, exec_spec
+    from lemon.cli.session import exec_spec
 
     check_task(task)
-    _check_run_options(max_tokens, budget_tokens, timeout, temperature)
-    apply_threads(threads)
-    pool = endpoint_pool(pool, model, base_url, api_key_env)
-    opts = RunOptions(pool, max_tokens, budget_tokens, timeout, seed, out, cache=not no_cache,
-                      temperature=temperature, as_json=as_json)
+    opts = _run_options(pool, (model, base_url, api_key_env), seed, temperature, max_tokens, budget_tokens,
+                        timeout, no_cache, out, as_json, threads)
     asyncio.run(exec_spec(consoles().err if as_json else consoles().out, spec, task, opts))
 
 

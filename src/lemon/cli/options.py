@@ -26,13 +26,10 @@ from rich.console import Console
 from typer.core import TyperCommand, TyperGroup
 
 from lemon.errors import LemonError
+from lemon.llm.defaults import DEFAULT_MAX_TOKENS as DEFAULT_MAX_TOKENS  # the CLI's defaults are the library's
+from lemon.llm.defaults import DEFAULT_POOL as DEFAULT_POOL
+from lemon.llm.defaults import DEFAULT_TEMPERATURE as DEFAULT_TEMPERATURE
 from lemon.seeds import MAX_SEED, MAX_SEEDS
-
-DEFAULT_POOL = "cpu"
-# One worker generation limit for run, exec, eval and explain. The `tiny` pool's own default (128) cut
-# chain-of-thought answers mid-sentence in `eval` while `run` and `exec` used 384 on the same pool.
-DEFAULT_MAX_TOKENS = 384
-DEFAULT_TEMPERATURE = 0.7  # as lemon.evaluation.evaluate.DEFAULT_TEMPERATURE (a test keeps them equal)
 
 STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
 

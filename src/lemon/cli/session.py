@@ -1,13 +1,16 @@
-"""What the CLI commands do, kept out of the option parsing so it reads as a use case."""
+"""What `lemon run`, `exec`, `validate` and `models` show: the API's results rendered for the terminal.
+
+The use cases themselves (a task run, a spec executed) are `lemon.api`'s; this module gives them a console:
+the answer first, then the spec, the agents and the tokens, and the trace saved last."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from rich.console import Console
 from rich.live import Live
@@ -15,19 +18,13 @@ from rich.markup import escape
 from rich.syntax import Syntax
 from rich.text import Text
 
+from lemon.api.session import Result, RunObserver, RunSettings, Stage, TraceNotSaved, aexecute, arun
 from lemon.cli.fit import FitTable
 from lemon.errors import ConfigError, LemonError, SpecError, StorageError
-from lemon.files import disk_full, write_output
-from lemon.inspection.tracefile import extracted_answer
-from lemon.llm.base import GenParams
-from lemon.llm.pool import Pool
-from lemon.llm.pools import load_pool, pool_level_names
-from lemon.orchestrator.base import Orchestrator, Proposal
-from lemon.orchestrator.resolve import resolve_orchestrator
-from lemon.orchestrator.template import task_kind
-from lemon.paths import ensure_dir, runs_dir
-from lemon.runtime import Budget, Executor, RunResult, TraceEvent, VoteKey
-from lemon.runtime.budget import prompt_token_bound
+from lemon.files import write_output
+from lemon.llm.pools import pool_level_names
+from lemon.paths import ensure_dir
+from lemon.runtime import RunResult, TraceEvent
 from lemon.spec.model import Spec
 from lemon.spec.parse import read_spec_file
 from lemon.spec.render import render_spec
@@ -81,16 +78,16 @@ def _show_spec(console: Console, spec: Spec, title: str, warnings: Sequence[str]
         console.print(Text.assemble(("warning: ", "yellow"), w))
 
 
-def _show_answer(console: Console, result: RunResult, answer: str | None, output_agent: str) -> None:
+def _show_answer(console: Console, result: Result) -> None:
     """The answer first: the one extracted from the output agent's text (a number, a letter, code), then that
     text itself, clipped (the detail; `lemon trace` shows all of it)."""
-    if result.status != "ok":
+    if not result.ok:
         return
     console.rule("answer")
-    console.print(answer if answer is not None else result.answer, markup=False, highlight=False)
-    if answer is not None:
-        text = " ".join(result.answer.split())
-        console.print(f"from {output_agent}: {text[:300]}{'…' if len(text) > 300 else ''}", markup=False,
+    console.print(result.answer if result.answer is not None else result.run.answer, markup=False, highlight=False)
+    if result.answer is not None:
+        text = " ".join(result.run.answer.split())
+        console.print(f"from {result.spec.output or ''}: {text[:300]}{'…' if len(text) > 300 else ''}", markup=False,
                       highlight=False, style="dim")
 
 
@@ -104,17 +101,6 @@ def _show_tokens(console: Console, result: RunResult) -> None:
                   f"wall: {result.wall_s:.1f}s", markup=False)
 
 
-def run_json(result: RunResult, spec: Spec, answer: str | None, trace: Path | None) -> dict[str, object]:
-    """What `lemon run --json` prints: the answer first, then what it cost and where its trace is."""
-    return {"answer": answer, "output": result.answer if result.status == "ok" else None, "output_agent": spec.output,
-            "status": result.status, "stop_reason": result.stop_reason, "spec": render_spec(spec).text,
-            "tokens_by_agent": result.tokens_by_agent, "tokens_by_level": result.tokens_by_level,
-            "total_tokens": result.total_tokens, "spent_tokens": result.spent_tokens, "calls": result.calls,
-            "llm_cache_hits": result.llm_cache_hits, "node_cache_hits": result.cache_hits,
-            "unrun_agents": list(result.unrun), "wall_s": round(result.wall_s, 3),
-            "trace_id": result.trace.trace_id, "trace": str(trace) if trace is not None else None}
-
-
 def cache_line(result: RunResult) -> str:
     """Model calls and how many the LLM cache answered (the trace's `llm_cache_hits`), plus agents reused
     within the run (the node cache), which made no call at all."""
@@ -126,17 +112,33 @@ def cache_line(result: RunResult) -> str:
 
 @dataclass(frozen=True)
 class RunOptions:
-    """What `lemon run` and `lemon exec` share: the pool and how the spec is executed."""
+    """What `lemon run` and `lemon exec` share: the pool, how the workers are called (the API's keyword
+    arguments, `lemon.api.RunSettings`), where the trace goes, and whether to print JSON."""
 
     pool: str
+    settings: RunSettings
+    trace_dir: Path | None
+    as_json: bool = False  # print one JSON object on stdout (everything else goes to stderr)
+
+    def api_args(self) -> ApiArgs:
+        """The keyword arguments of `lemon.api.arun` / `aexecute` these options stand for (trace not saved: the
+        command saves it once the answer is shown)."""
+        s = self.settings
+        return ApiArgs(pool=self.pool, seed=s.seed, temperature=s.temperature, max_tokens=s.max_tokens,
+                       budget_tokens=s.budget_tokens, timeout=s.timeout, cache=s.cache, save_trace=False)
+
+
+class ApiArgs(TypedDict):
+    """`RunOptions` as the API's keyword arguments."""
+
+    pool: str
+    seed: int
+    temperature: float
     max_tokens: int
     budget_tokens: int | None
     timeout: float | None
-    seed: int
-    trace_dir: Path | None
-    cache: bool = True
-    temperature: float | None = None  # None: the pool's default
-    as_json: bool = False  # print one JSON object on stdout (everything else goes to stderr)
+    cache: bool
+    save_trace: bool
 
 
 @dataclass(frozen=True)
@@ -148,37 +150,73 @@ class ShownSpec:
     warnings: tuple[str, ...] = ()
 
 
-async def _execute(console: Console, pool: Pool, roles: RoleLibrary, shown: ShownSpec, task: str, opts: RunOptions,
-                   orchestrator_info: dict[str, object] | None = None, vote_key: VoteKey | None = None) -> RunResult:
-    """Run the spec, then print the answer first, the spec, the agents and tokens, and the trace's path."""
-    spec = shown.spec
-    progress = AgentProgress(spec)
-    overrides: dict[str, Any] = {"max_tokens": opts.max_tokens}
-    if opts.temperature is not None:
-        overrides["temperature"] = opts.temperature
-    params = GenParams(**{**_params_dict(pool.defaults), **overrides})
-    executor = Executor(pool, roles, budget=Budget(max_tokens=opts.budget_tokens, call_timeout_s=opts.timeout),
-                        params=params, on_event=progress.on_event)
-    with console.status("loading and verifying models..."):
-        await pool.prepare(tuple({a.capacity for a in spec.agents}))
-    # On a terminal the agents table is redrawn while they run, then cleared: the answer comes first.
-    live = console.is_terminal and not opts.as_json
-    with Live(progress, console=console, refresh_per_second=4, transient=True) if live else nullcontext():
-        result = await executor.run(spec, task, seed=opts.seed, orchestrator=orchestrator_info, vote_key=vote_key)
-    result.trace.system.setdefault("pool_ref", opts.pool)  # what --pool named: `lemon explain TRACE` reloads it
-    answer = extracted_answer(task, result.answer) if result.status == "ok" and result.answer else None
+STAGE_TEXT: dict[Stage, str] = {
+    "orchestrator_model": "loading and verifying the orchestrator model...",
+    "orchestrator": "orchestrator is writing the spec...", "models": "loading and verifying models..."}
+
+
+class ConsoleObserver(RunObserver):
+    """The run as the terminal shows it: a status line per stage, and on a terminal the agents table redrawn
+    while they run, then cleared (the answer comes first)."""
+
+    def __init__(self, console: Console, *, live: bool) -> None:
+        self.console, self.live = console, live
+        self.progress: AgentProgress | None = None
+
+    def stage(self, stage: Stage) -> AbstractContextManager[object]:
+        return self.console.status(STAGE_TEXT[stage])
+
+    def running(self, spec: Spec) -> AbstractContextManager[object]:
+        self.progress = AgentProgress(spec)
+        return Live(self.progress, console=self.console, refresh_per_second=4, transient=True) if self.live \
+            else nullcontext()
+
+    def event(self, event: TraceEvent) -> None:
+        if self.progress is not None:
+            self.progress.on_event(event)
+
+
+def _observer(console: Console, opts: RunOptions) -> ConsoleObserver:
+    return ConsoleObserver(console, live=console.is_terminal and not opts.as_json)
+
+
+async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrator: str = "template",
+                   level: str | None = None) -> None:
+    """`lemon run`: `lemon.api.arun`, then the answer, the spec, the agents and tokens, the trace's path."""
+    observer = _observer(console, opts)
+    result = await arun(task, orchestrator=orchestrator, level=level, observer=observer,
+                        **opts.api_args())
+    proposal = result.proposal
+    assert proposal is not None  # a run's spec comes from its orchestrator
+    shown = ShownSpec(result.spec, f"spec ({proposal.source}, {proposal.tokens} orchestrator tokens)",
+                      tuple(proposal.warnings))
+    _show_result(console, shown, observer, result, opts)
+
+
+async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptions) -> None:
+    """`lemon exec`: `lemon.api.aexecute` on the spec file, then what `lemon run` shows."""
+    observer = _observer(console, opts)
+    result = await aexecute(spec_path, task, observer=observer, **opts.api_args())
+    _show_result(console, ShownSpec(result.spec, f"spec {spec_path}"), observer, result, opts)
+
+
+def _show_result(console: Console, shown: ShownSpec, observer: ConsoleObserver, result: Result,
+                 opts: RunOptions) -> None:
+    """The answer first, the spec, the agents and tokens, then the trace saved and its path; with `as_json`,
+    the spec (on stderr) and one JSON object. A run that stopped is an error once all that is shown."""
     if opts.as_json:
-        _show_spec(console, spec, shown.title, shown.warnings)
-        path = _save_trace_then(lambda p: _print_json(run_json(result, spec, answer, p)), result, opts)
+        _show_spec(console, shown.spec, shown.title, shown.warnings)
+        result = _save_trace_then(lambda r: _print_json(r.to_json()), result, opts)
     else:
         # The answer first: it is paid for, and saving the trace (an unwritable LEMON_HOME, a full disk) may fail.
-        _show_answer(console, result, answer, spec.output or "")
-        _show_detail(console, shown, progress, result)
-        path = _save_trace(result, opts.trace_dir or runs_dir())
-        console.print(f"trace: {path}", markup=False, highlight=False)
-    if result.status != "ok":
-        raise LemonError(f"run stopped ({result.status}): {result.stop_reason}; the partial trace is in {path}")
-    return result
+        _show_answer(console, result)
+        assert observer.progress is not None  # the agents ran
+        _show_detail(console, shown, observer.progress, result.run)
+        result = _save_trace(result, opts)
+        console.print(f"trace: {result.trace_path}", markup=False, highlight=False)
+    if not result.ok:
+        raise LemonError(f"run stopped ({result.status}): {result.stop_reason}; the partial trace is in "
+                         f"{result.trace_path}")
 
 
 def _show_detail(console: Console, shown: ShownSpec, progress: AgentProgress, result: RunResult) -> None:
@@ -193,29 +231,7 @@ def _show_detail(console: Console, shown: ShownSpec, progress: AgentProgress, re
         console.print(f"pruned: {name} ({reason})", markup=False, highlight=False)
 
 
-def check_budget_covers_a_call(pool: Pool, roles: RoleLibrary, spec: Spec, task: str, opts: RunOptions,
-                               spent: int = 0) -> None:
-    """`--budget-tokens` below the worst case of the run's cheapest first call (an agent that reads no other: its
-    prompt bound plus `--max-tokens`) is refused before anything runs or loads, saying what that call needs. Such
-    a run could only stop at that call (it read as "used up" with nothing used) or cut its reply short. `spent`:
-    what the orchestrator took of the budget first (the workers have the rest)."""
-    budget = opts.budget_tokens
-    first = [a for a in spec.agents if not a.depends_on and not roles[a.role].votes]
-    if budget is None or not first:
-        return
-    executor = Executor(pool, roles)
-    prompts = {a.name: prompt_token_bound(executor.messages(a, task, {}, spec)) for a in first}
-    agent = min(prompts, key=lambda name: prompts[name])
-    worst = prompts[agent] + opts.max_tokens
-    if budget < worst:
-        given = (f"--budget-tokens {budget + spent} leaves the workers a token budget of {budget} after the "
-                 f"orchestrator's {spent}," if spent else f"--budget-tokens {budget} is a token budget")
-        raise LemonError(f"{given} below one call's worst case: agent {agent!r} may take {worst} tokens (a "
-                         f"prompt of up to {prompts[agent]} and a reply of up to --max-tokens {opts.max_tokens}); "
-                         f"raise --budget-tokens to {worst + spent} or lower --max-tokens")
-
-
-def _print_json(data: dict[str, Any]) -> None:
+def _print_json(data: dict[str, object]) -> None:
     import json
 
     from lemon.cli.options import consoles
@@ -223,94 +239,27 @@ def _print_json(data: dict[str, Any]) -> None:
     consoles().out.file.write(json.dumps(data, ensure_ascii=False, indent=1, default=str) + "\n")
 
 
-def _save_trace_then(emit: Any, result: RunResult, opts: RunOptions) -> Path:
-    """Save the trace, then `emit(path)`; if saving fails, `emit(None)` first: the answer is paid for."""
+def _save_trace_then(emit: Callable[[Result], None], result: Result, opts: RunOptions) -> Result:
+    """Save the trace, then `emit(result)`; if saving fails, emit the result without a trace path first: the
+    answer is paid for."""
     try:
-        path = _save_trace(result, opts.trace_dir or runs_dir())
+        saved = _save_trace(result, opts)
     except StorageError:
-        emit(None)
+        emit(result)
         raise
-    emit(path)
-    return path
+    emit(saved)
+    return saved
 
 
-def _save_trace(result: RunResult, folder: Path) -> Path:
-    """Write the run's trace into `folder`; a failure is one line that says the result above is complete."""
-    path = folder / f"trace-{result.trace.trace_id}.json"
+def _save_trace(result: Result, opts: RunOptions) -> Result:
+    """The result with its trace saved; a failure is one line that says the result above is complete."""
     try:
-        ensure_dir(folder, "run traces")
-        result.trace.save(path)
-    except (OSError, StorageError) as exc:
-        reason = (exc.strerror or exc) if isinstance(exc, OSError) else exc
-        fix = ("the disk is full: free space there or pass --trace-dir a folder on another disk"
-               if disk_full(folder, exc) else "pass --trace-dir a writable folder or fix LEMON_HOME")
-        raise StorageError(f"the run finished (answer above) but its trace could not be saved to {path}: "
-                           f"{reason}; {fix}") from None
-    return path
-
-
-def _params_dict(p: GenParams) -> dict[str, Any]:
-    return {f: getattr(p, f) for f in p.__dataclass_fields__}
-
-
-def vote_key_for(kind: object) -> VoteKey | None:
-    """How a `majority_vote` agent compares answers for a task of this kind (None: whole texts)."""
-    from lemon.inspection.tracefile import vote_key
-
-    return vote_key(str(kind))
-
-
-async def propose_within_budget(orch: Orchestrator, task: str,
-                                opts: RunOptions) -> tuple[Proposal, RunOptions]:
-    """The proposal, with `--budget-tokens` covering the orchestrator too: its worst case (prompt bound plus
-    generation limit) must fit before it is asked, and the workers get what it left."""
-    budget = opts.budget_tokens
-    if budget is None:
-        return await orch.propose(task, seed=opts.seed), opts
-    bound = orch.token_bound(task)
-    if bound > budget:
-        raise LemonError(f"--budget-tokens {budget} cannot cover the orchestrator's worst case of {bound} tokens "
-                         "(its prompt and generation limit); raise --budget-tokens or use --orchestrator template")
-    proposal = await orch.propose(task, seed=opts.seed)
-    left = budget - int(proposal.tokens)
-    if left < 1:
-        raise LemonError(f"the orchestrator spent {proposal.tokens} of --budget-tokens {budget}; nothing is left "
-                         "for the workers: raise --budget-tokens")
-    return proposal, replace(opts, budget_tokens=left)
-
-
-async def run_task(console: Console, task: str, opts: RunOptions, *, orchestrator: str = "template",
-                   level: str | None = None) -> None:
-    roles = RoleLibrary.load()
-    pool = load_pool(opts.pool, cache=opts.cache)
-    try:
-        orch = resolve_orchestrator(orchestrator, pool, roles, level)
-        if orch.level is not None:
-            with console.status("loading and verifying the orchestrator model..."):
-                await pool.prepare((orch.level,))
-        with console.status("orchestrator is writing the spec..."):
-            proposal, opts = await propose_within_budget(orch, task, opts)
-        check_budget_covers_a_call(pool, roles, proposal.spec, task, opts, proposal.tokens)
-        shown = ShownSpec(proposal.spec, f"spec ({proposal.source}, {proposal.tokens} orchestrator tokens)",
-                          tuple(proposal.warnings))
-        info = {"source": proposal.source, "tokens": proposal.tokens, "warnings": list(proposal.warnings),
-                "raw": proposal.raw, "prompt_tokens": proposal.prompt_tokens,
-                "completion_tokens": proposal.completion_tokens}
-        await _execute(console, pool, roles, shown, task, opts, orchestrator_info=info,
-                       vote_key=vote_key_for(proposal.extra.get("kind") or task_kind(task)))
-    finally:
-        await pool.aclose()
-
-
-async def exec_spec(console: Console, spec_path: Path, task: str, opts: RunOptions) -> None:
-    roles = RoleLibrary.load()
-    spec = load_spec(read_spec_file(spec_path), roles, pool_level_names(opts.pool))
-    pool = load_pool(opts.pool, cache=opts.cache)
-    try:
-        check_budget_covers_a_call(pool, roles, spec, task, opts)
-        await _execute(console, pool, roles, ShownSpec(spec, f"spec {spec_path}"), task, opts)
-    finally:
-        await pool.aclose()
+        return result.save_trace(opts.trace_dir)
+    except TraceNotSaved as exc:
+        fix = ("the disk is full: free space there or pass --out a folder on another disk" if exc.disk_full
+               else "pass --out a writable folder or fix LEMON_HOME")
+        raise StorageError(f"the run finished (answer above) but its trace could not be saved to {exc.path}: "
+                           f"{exc.reason}; {fix}") from None
 
 
 def validate_file(console: Console, spec_path: Path, pool_name: str) -> None:

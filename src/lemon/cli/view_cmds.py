@@ -265,83 +265,15 @@ def explain_cmd(
     def on_edit(e: Any) -> None:
         err.print(Text(f"  {e.edit}: calls {e.calls}, cache hits {e.cache_hits}, right {e.correct}"))
 
-    from lemon.inspection.tracefile import looks_like_trace
+    from lemon.api.traces import explain
 
-    if Path(target).is_file() and not looks_like_trace(Path(target)):
-        if item is None:
-            raise LemonError(f"explaining the spec file {target} needs the task text: lemon explain {target} \"TASK\"")
-        att = _explain_spec_file(Path(target), item, pool, seed, gold, max_tokens, max_edits, budget_tokens,
-                                 no_cache, on_plan, on_edit)
-    else:
-        att = _explain_stored(target, item, seed, store, data_dir, max_edits, budget_tokens, no_cache, on_plan,
-                              on_edit, gold)
+    att = explain(target, item, seed=seed, store=store, data_dir=data_dir, gold=gold, pool=pool, max_tokens=max_tokens,
+                  max_edits=max_edits, budget_tokens=budget_tokens, cache=not no_cache, on_plan=on_plan,
+                  on_edit=on_edit)
     if as_json:
         console.file.write(json.dumps(att.to_json(), ensure_ascii=False, indent=1, default=str) + "\n")
     else:
         console.print(attribution_table(att))
-
-
-def _explain_spec_file(spec_path: Path, task: str, pool: str, seed: int, gold: str | None, max_tokens: int,
-                       max_edits: int | None, budget_tokens: int | None, no_cache: bool, on_plan: Any,
-                       on_edit: Any) -> Any:
-    import asyncio
-
-    from lemon.inspection.explain import explain_spec
-    from lemon.llm.base import GenParams
-    from lemon.llm.pools import load_pool, pool_level_names
-    from lemon.spec.parse import read_spec_file
-    from lemon.spec.roles import RoleLibrary
-    from lemon.spec.validate import load_spec
-
-    spec = load_spec(read_spec_file(spec_path), RoleLibrary.load(), pool_level_names(pool))
-    the_pool = load_pool(pool, cache=not no_cache)
-    params = GenParams(**{**{f: getattr(the_pool.defaults, f) for f in the_pool.defaults.__dataclass_fields__},
-                          "max_tokens": max_tokens})
-
-    async def go() -> Any:
-        try:
-            return await explain_spec(spec, task, the_pool, seed=seed, params=params, gold=gold, max_edits=max_edits,
-                                      budget_tokens=budget_tokens, on_plan=on_plan, on_edit=on_edit)
-        finally:
-            await the_pool.aclose()
-
-    return asyncio.run(go())
-
-
-def _explain_stored(target: str, item: str | None, seed: int, store: Path | None, data_dir: Path | None,
-                    max_edits: int | None, budget_tokens: int | None, no_cache: bool, on_plan: Any,
-                    on_edit: Any, gold: str | None = None) -> Any:
-    import asyncio
-
-    from lemon.inspection.explain import explain_stored, plan_stored, plan_trace
-    from lemon.inspection.itemview import resolve_item
-    from lemon.llm.pools import load_pool
-
-    with open_source(target, _store_path(store), writable=True) as src:
-        db, run = src.db, _chosen_run(src, target)
-        if item is None and src.trace_path is None:
-            raise LemonError(f"name the item of run {run.run_id} to explain: lemon explain {target} ITEM "
-                             f"(list them with `lemon trace {target}`)")
-        row = db.items(run.run_id)[0] if item is None else resolve_item(db, run, item, seed)
-        trace = db.trace(run.run_id, row.item_id, row.seed)
-        if trace is None:
-            raise LemonError(f"item {row.item_id} of run {run.run_id} has no stored trace; re-run it with lemon eval")
-        pool = load_pool(run.pool, cache=not no_cache)
-
-        async def go() -> Any:
-            try:
-                if src.trace_path is not None:
-                    plan = plan_trace(run, row, trace, pool, gold=gold, max_edits=max_edits,
-                                      budget_tokens=budget_tokens)
-                else:
-                    plan = plan_stored(run, row, trace, pool, data_dir=data_dir, max_edits=max_edits,
-                                       budget_tokens=budget_tokens)
-                on_plan(plan.attribution)
-                return await explain_stored(db, plan, on_edit=on_edit)
-            finally:
-                await pool.aclose()
-
-        return asyncio.run(go())
 
 
 def attribution_table(att: Any) -> FitTable:

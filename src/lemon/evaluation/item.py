@@ -30,6 +30,7 @@ from lemon.benchmarks.registry import get_benchmark
 from lemon.errors import ConfigError, LemonError
 from lemon.evaluation.methods import Method, MethodEnv, SpecWriter, Written
 from lemon.evaluation.store import ItemRow
+from lemon.llm.defaults import DEFAULT_TEMPERATURE
 from lemon.llm.pool import Pool
 from lemon.orchestrator.base import Proposal
 from lemon.runtime.budget import Budget, BudgetExhausted, TokenLedger
@@ -39,7 +40,6 @@ from lemon.spec.roles import RoleLibrary
 
 PoolFactory = Callable[[], Pool]
 
-DEFAULT_TEMPERATURE = 0.7
 # Budgets reserve before each call (they used to be checked after it, and overshot): a budgeted run's results
 # depend on the rule, so runs with --budget-tokens carry it in their id (runs without one keep theirs).
 BUDGET_RULE = "reserve"

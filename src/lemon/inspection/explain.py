@@ -402,21 +402,20 @@ async def explain_spec(spec: Spec, task: str, pool: Pool, *, seed: int = 0, para
                        gold: str | None = None, max_edits: int | None = None, budget_tokens: int | None = None,
                        on_plan: Callable[[Attribution], None] | None = None,
                        on_edit: Callable[[EditOutcome], None] | None = None) -> Attribution:
-    """Run `spec` on `task`, then each applicable edit; with `gold` (a number) the edits are scored right/wrong,
-    without it each says whether the answer changed."""
-    from lemon.extract import extract_number, numbers_equal
+    """Run `spec` on `task`, then each applicable edit; with `gold` the edits are scored right/wrong,
+    without it each says whether the answer changed. Answers are read, and votes compared, by the task's kind
+    (`lemon.execute`'s recipe: whole-text votes never agreed on sampled replies)."""
+    from lemon.orchestrator.kinds import reply_extractor, task_kind
 
     roles = RoleLibrary.load()
     executor = Executor(pool, roles, params=params or pool.defaults)
     cache = NodeCache()
-    original = await executor.run(spec, task, seed=seed, node_cache=cache)
+    kind = task_kind(task)
+    vote_key = reply_extractor(kind)
+    original = await executor.run(spec, task, seed=seed, node_cache=cache, vote_key=vote_key)
     if original.status != "ok":
         raise LemonError(f"the spec's own run stopped ({original.status}: {original.stop_reason}); nothing to explain")
-    check: Checker | None = None
-    if gold is not None:
-        def check(answer: str) -> tuple[str | None, bool]:
-            pred = extract_number(answer)
-            return pred, pred is not None and numbers_equal(pred, gold)
+    check = gold_checker(kind, gold)
     pred, correct = await _score(check, original.answer, original.status)
     attribution = Attribution(run_id=None, item_id="task", seed=seed, task=task, spec=spec.model_dump(mode="json"),
                               original={"correct": correct, "prediction": pred, "gold": gold,
@@ -425,5 +424,5 @@ async def explain_spec(spec: Spec, task: str, pool: Pool, *, seed: int = 0, para
                                                budget_tokens=budget_tokens))
     if on_plan is not None:
         on_plan(attribution)
-    return await run_plan(executor, spec, task, seed, attribution, cache, vote_key=None, check=check,
+    return await run_plan(executor, spec, task, seed, attribution, cache, vote_key=vote_key, check=check,
                           on_edit=on_edit)

@@ -26,25 +26,22 @@ Extractor = Callable[[str], "str | None"]
 
 def answer_extractor(kind: str | None) -> Extractor | None:
     """How the answer of a task of this kind is read from an agent's text (None: the whole text is the answer)."""
-    from lemon.orchestrator.kinds import find_kind
+    from lemon.orchestrator.kinds import reply_extractor
 
-    found = find_kind(kind)
-    return found.extract if found is not None else None
+    return reply_extractor(kind)
 
 
 def vote_key(kind: str | None) -> Extractor | None:
     """How a `majority_vote` of `lemon run` compares answers of this kind: by the extracted answer (a number, a
-    letter, the program), as `lemon eval` does; whole texts for another kind. Code compared as whole texts
-    made the vote's tally (what the viewer and `lemon trace` show) each voter's prose, not its program."""
+    letter, the program), as `lemon eval` does (`lemon.orchestrator.kinds.reply_extractor`)."""
     return answer_extractor(kind)
 
 
 def extracted_answer(task: str, text: str) -> str | None:
-    """The answer in `text` for the kind `task` asks for (a number, a letter, code), or None if none is found."""
-    from lemon.orchestrator.kinds import task_kind
+    """The answer in `text` for the kind `task` asks for (`lemon.orchestrator.kinds.extracted_answer`)."""
+    from lemon.orchestrator.kinds import extracted_answer as answer_in
 
-    extract = answer_extractor(task_kind(task))
-    return extract(text) if extract is not None else (text.strip() or None)
+    return answer_in(task, text)
 
 
 def is_trace(data: Any) -> bool:

@@ -26,6 +26,9 @@ class Pool:
     name: str
     levels: tuple[Level, ...]
     defaults: GenParams = field(default_factory=GenParams)
+    # What it was loaded from (a built-in pool's name or a pool file's path; "" for one built in code): a run's
+    # trace records it, so `lemon explain TRACE` loads the same pool again.
+    ref: str = ""
 
     @property
     def level_names(self) -> tuple[str, ...]:

@@ -125,6 +125,25 @@ def task_kind(task: str) -> str:
     return next(k.name for k in reversed(_KINDS.values()) if k.detect(task))
 
 
+def reply_extractor(kind: str | None) -> Extractor | None:
+    """How the answer of a task of kind `kind` is read from an agent's reply without the item: the kind's
+    `extract` (a number, a letter, the program); None for an unknown kind (the whole text is the answer).
+
+    Also what the majority votes of `lemon.run` and `lemon.execute` compare (a task run outside a benchmark;
+    without it they compared whole reply texts, so sampled voters never agreed and `stop: {agree: 2}` could not
+    fire): code too is voted on by
+    its program, where `AnswerKind.vote_key` (the harness's, which has the item's own extractor) leaves code to
+    whole texts; code compared as whole texts made the vote's tally each voter's prose, not its program."""
+    found = find_kind(kind)
+    return found.extract if found is not None else None
+
+
+def extracted_answer(task: str, text: str) -> str | None:
+    """The answer in `text` for the kind `task` asks for (a number, a letter, code), or None if none is found."""
+    extract = reply_extractor(task_kind(task))
+    return extract(text) if extract is not None else (text.strip() or None)
+
+
 def register(kind: AnswerKind) -> AnswerKind:
     """Add a kind defined outside this module (a plug-in, a test); its name must be new."""
     if kind.name in _KINDS:

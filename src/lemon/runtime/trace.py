@@ -124,9 +124,45 @@ class Trace:
                  "contents", "task", "prompts")
         return cls(**{k: data[k] for k in known if data.get(k) is not None})  # type: ignore[arg-type]
 
+    def __str__(self) -> str:
+        """The run as a person reads it: the task, one line per event (who ran, what each agent said, what a stop
+        rule decided), then the cost. `to_json()` holds everything; `lemon trace` and `lemon view` show it too."""
+        lines = [f"trace {self.trace_id}: {_clip(self.task or '', 100)}"]
+        lines += [f"{e['t']:7.2f}s {e['type']:<21} {e['agent']}{_event_detail(e, self.contents)}" for e in self.events]
+        lines.append(f"status {self.metrics.get('status', '-')}, {self.costs.get('tokens', 0)} tokens, "
+                     f"{self.costs.get('calls', 0)} model calls")
+        return "\n".join(lines)
+
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the trace as JSON atomically: a crash never leaves half a file, and a write that fails (a
         full disk) leaves no temporary file behind either (`lemon.files.write_atomic`)."""
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         return write_atomic(p, json.dumps(self.to_json(), ensure_ascii=False, indent=1))
+
+
+def _clip(text: str, n: int) -> str:
+    """`text` on one line, at most `n` characters."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= n else flat[: n - 1] + "…"
+
+
+def _event_detail(e: TraceEvent, contents: Mapping[str, str]) -> str:
+    """What one event's line adds after its agent (`Trace.__str__`)."""
+    kind = e["type"]
+    if kind == "orchestrator_decision":
+        return f": spec {e.get('source', '?')}, {e.get('tokens', 0)} tokens"
+    if kind == "spawn":
+        return f" ({e.get('role', '?')}, {e.get('capacity', '?')})"
+    if kind == "message":
+        return f" <- {e.get('from', '?')}"
+    if kind == "return":
+        votes = f", votes {e['votes']}" if "votes" in e else ""
+        cached = ", cached" if e.get("cached") else ""
+        return f": {e.get('tokens', 0)} tokens{cached}{votes}: {_clip(contents.get(e['agent'], ''), 80)}"
+    if kind == "stop" and "rule" in e:
+        fired = "fired" if e.get("fired") else "did not fire"
+        return f": rule {e['rule']} {fired} after {', '.join(e.get('ran', []))}"
+    if kind in ("stop", "despawn"):
+        return f": {e.get('reason', '')}" + (f" ({_clip(e['detail'], 80)})" if e.get("detail") else "")
+    return ""
