@@ -91,9 +91,10 @@ def unpack(bits: Any, vocab_size: int) -> Any:
 
 
 class _GrammarProcessor:
-    """A logits processor (transformers calls any `(input_ids, scores) -> scores`): each row's next-token scores to what its grammar state allows; a finished row is left alone
-    (transformers pads it). The first call sees the prompt only; each later call first feeds every live row's
-    last sampled token to its matcher."""
+    """A logits processor (transformers calls any `(input_ids, scores) -> scores`): each row's next-token
+    scores masked to what its grammar state allows; a finished row is left alone (transformers pads it).
+    The first call sees the prompt only; each later call first feeds every live row's last sampled token to its
+    matcher."""
 
     def __init__(self, decoding: SpecDecoding, rows: int) -> None:
         self.decoding = decoding
