@@ -19,6 +19,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lemon.errors import ModelFileError
+from lemon.spec.grammar import policy_grammar
+from lemon.spec.roles import RoleLibrary
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,15 @@ class SpecDecoding:
     def processor(self, rows: int) -> Any:
         """A transformers logits processor for a batch of `rows` sequences (one grammar state each)."""
         return _GrammarProcessor(self, rows)
+
+
+def spec_decoding(model: Any, tokenizer: Any, roles: RoleLibrary, levels: Sequence[str]) -> SpecDecoding:
+    """The spec grammar of `roles` and the pool's `levels` for a transformers policy, stopping where training
+    and inference stop (`hf.stop_token_ids`)."""
+    from lemon.llm.hf import stop_token_ids
+
+    lark = policy_grammar(roles, tuple(levels)).lark()
+    return SpecDecoding(tokenizer, lark, int(model.config.vocab_size), stop_token_ids(model, tokenizer))
 
 
 def unpack(bits: Any, vocab_size: int) -> Any:

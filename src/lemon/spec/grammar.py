@@ -385,13 +385,15 @@ def _head(rules: dict[str, Node], terminals: set[str]) -> Node:
 
 
 def _agent_rest(levels: Sequence[str], max_duty_len: int, max_agents: int, voter: bool) -> Node:
-    """After the role: the duty (when not empty), the capacity, the parents (when any), a voter's stop rule."""
-    parents = seq("    depends_on: [", Ref("name"), Rep(seq(", ", Ref("name")), 0, max_agents - 2), "]\n")
+    """After the role: the duty (when not empty), the capacity, the parents (when any; a voter's always) and a
+    voter's stop rule."""
+    more = [Rep(seq(", ", Ref("name")), 0, max_agents - 2)] if max_agents > 2 else []
+    parents = seq("    depends_on: [", Ref("name"), *more, "]\n")
     items: list[Node] = [opt(seq('\n    duty: "', Ref("duty"), '"')), "\n    capacity: ",
-                         alt(dict.fromkeys(levels)), "\n", opt(parents)]
-    if voter:
-        items.append(opt(seq("    stop: ", Ref("stop"), "\n")))
-    return seq(*items)
+                         alt(dict.fromkeys(levels)), "\n"]
+    if voter:  # a voter votes over its parents: it always has some (`validate_spec`)
+        return seq(*items, parents, opt(seq("    stop: ", Ref("stop"), "\n")))
+    return seq(*items, opt(parents))
 
 
 def spec_grammar(roles: RoleLibrary, levels: Sequence[str], *, max_agents: int = MAX_AGENTS,
@@ -418,3 +420,12 @@ def spec_grammar(roles: RoleLibrary, levels: Sequence[str], *, max_agents: int =
 def policy_grammar(roles: RoleLibrary, levels: tuple[str, ...]) -> Grammar:
     """`spec_grammar` once per (role library, levels) in a process."""
     return spec_grammar(roles, levels)
+
+
+def grammar_identity() -> str:
+    """`grammar=<hash>` of the grammar over the packaged roles (the levels written as a placeholder): what a
+    policy's evaluation runs carry, so a change of the grammar (a role, a criterion, a bound) starts new runs."""
+    import hashlib
+
+    text = spec_grammar(RoleLibrary.load(), ("LEVEL",)).lark()
+    return "grammar=" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
