@@ -58,6 +58,13 @@ def _grammatical(pairs: list[list[FieldPair]], masks: torch.Tensor | None) -> li
             enumerate(pairs)]
 
 
+def _masks(memo: Memo, b: int, rows: Sequence[Sequence[int]], decoding: SpecDecoding | None) -> torch.Tensor | None:
+    """The grammar's packed masks of micro-batch `b` (replayed once a step), None without a grammar."""
+    if decoding is not None and b not in memo.masks:
+        memo.masks[b] = decoding.masks(rows, max(1, max(len(c) for c in rows)))
+    return memo.masks.get(b)
+
+
 def accumulate(model: torch.nn.Module, batch: StepBatch, cfg: TrainConfig, pad_id: int, reference: Reference | None,
                 stats: dict[str, float] | None, n_tokens: float, dist: Distributed, memo: Memo,
                 first: bool, decoding: SpecDecoding | None = None) -> None:
@@ -80,10 +87,7 @@ def accumulate(model: torch.nn.Module, batch: StepBatch, cfg: TrainConfig, pad_i
     for k, sl in enumerate(slices):
         b = sl.start
         with dist.no_sync(model, sync=k == len(slices) - 1):
-            if decoding is not None and b not in memo.masks:
-                rows = batch.completions[sl]
-                memo.masks[b] = decoding.masks(rows, max(1, max(len(c) for c in rows)))
-            masks = memo.masks.get(b)
+            masks = _masks(memo, b, batch.completions[sl], decoding)
             pairs = _grammatical(batch.pairs(sl), masks)
             alt = _alt_rows(batch.completions[sl], pairs) if any(pairs) else None
             lp, mask, _ = score_completions(model, batch.prompts[sl], batch.completions[sl], pad_id, temp, share, alt,
