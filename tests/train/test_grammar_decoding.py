@@ -123,3 +123,19 @@ async def test_an_exported_policy_decodes_under_the_gbnf_grammar() -> None:
             assert "fallback" not in sources, [p.raw for p in proposals]
         else:
             assert sources.count("fallback") >= 3, [p.raw for p in proposals]
+
+
+def test_unpacked_masks_name_exactly_the_allowed_tokens() -> None:
+    """Bit j of word w is token 32 w + j, as llguidance packs them (checked token by token, sign bit included)."""
+    import itertools
+
+    import torch
+
+    from lemon.llm.constrained import unpack
+
+    bits = torch.randint(-2**31, 2**31 - 1, (2, 3, 5), dtype=torch.int32, generator=torch.Generator().manual_seed(0))
+    out = unpack(bits, 150)
+    assert out.shape == (2, 3, 150)
+    for b, t, tok in itertools.product(range(2), range(3), range(150)):
+        word = int(bits[b, t, tok // 32]) & 0xFFFFFFFF
+        assert bool(out[b, t, tok]) == bool(word >> (tok % 32) & 1)

@@ -183,7 +183,7 @@ def _allowed(masks: torch.Tensor | None, t: int, logits: torch.Tensor) -> torch.
     """The packed grammar masks of T positions as booleans [B, T, V] on the logits' device (None: no grammar)."""
     if masks is None:
         return None
-    return unpack(masks[:, :t].to(logits.device), logits.shape[-1])
+    return unpack(masks[:, :t], logits.shape[-1]).to(logits.device)
 
 
 def shares_prompt(prompts: Sequence[Sequence[int]]) -> bool:
