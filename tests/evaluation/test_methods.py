@@ -12,6 +12,7 @@ import pytest
 from lemon.errors import LemonError
 from lemon.evaluation import baselines
 from lemon.evaluation.methods import BASELINES, Baseline, MethodEnv, Trained, method_help, method_names, resolve_method
+from lemon.spec.grammar import grammar_identity
 from lemon.spec.roles import RoleLibrary
 from tests.pools import LEVELS, scripted_pool
 
@@ -20,14 +21,17 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "lemon"
 
 def test_the_table_lists_every_baseline_then_the_orchestrators() -> None:
     assert baselines.method_names() == BASELINES  # written out for a fast CLI start: they must agree
-    assert method_names() == (*baselines.method_names(), "template", "prompted", "trained:PATH")
+    assert method_names() == (*baselines.method_names(), "template", "prompted", "trained:PATH",
+                              "unconstrained:PATH")
     # the CLI help is the table's, word for word what it was when it was hard-coded
     assert method_help() == ("vanilla, cot, sc-cot, esc, asc, gate, cges, exsc, pot, sc-pot, pot-esc, mixed-esc, "
                              "cross-check, chain, tree, complete, random, template (the default orchestration), "
-                             "prompted, or trained:PATH.")
+                             "prompted, trained:PATH, or unconstrained:PATH (a trained policy decoding without the "
+                             "spec grammar).")
 
 
-@pytest.mark.parametrize("value", [*BASELINES, "template", "prompted", "trained:some/dir", "trained:C:\\m.gguf"])
+@pytest.mark.parametrize("value", [*BASELINES, "template", "prompted", "trained:some/dir", "trained:C:\\m.gguf",
+                                   "unconstrained:some/dir"])
 def test_every_valid_value_resolves_to_a_method_named_as_given(value: str) -> None:
     method = resolve_method(value)
     assert method.name == value  # the name goes into the run id: it must be the value as typed
@@ -52,7 +56,10 @@ def test_only_orchestrators_have_an_identity_beyond_their_name(tmp_path: Path) -
     (tmp_path / "model.safetensors").write_bytes(b"w")
     assert isinstance(resolve_method(f"trained:{tmp_path}"), Trained)
     policy = str(resolve_method(f"trained:{tmp_path}").identity())
-    assert policy.startswith("sha256:") and policy.endswith(f";fallback={teams}")
+    # decoding under the spec grammar is part of what the runs measure (issue 55): the grammar is in the identity
+    assert policy.startswith("sha256:") and policy.endswith(f";fallback={teams};{grammar_identity()}")
+    free = str(resolve_method(f"unconstrained:{tmp_path}").identity())
+    assert free == policy.removesuffix(f";{grammar_identity()}")
 
 
 def _env(kind: str = "number", n_agents: int | None = None, level: str = "small") -> MethodEnv:

@@ -118,3 +118,20 @@ def test_a_policy_whose_specs_were_unusable_says_so_in_its_cell_and_teams(tmp_pa
     assert "specs" not in pol
     assert "Specs: 1 as written, 1 repaired, 1 unusable, so the fallback ran" in markdown
     assert markdown.count("Specs: ") == 1
+
+
+def test_the_report_prints_each_orchestrated_cell_s_share_of_specs_by_source(tmp_path: Path) -> None:
+    """Issue 55: the share of items whose spec ran as written, after mechanical repair, and via the fallback, per
+    orchestrated cell, and whether the usable ones reach 99 %; a fixed baseline has no such row."""
+    with _store(tmp_path) as store:
+        store.ensure_run("odd", benchmark="gsm8k", split="test", method="unconstrained:runs/q", pool="cpu",
+                         level="large", seeds=1, n_items=4, config={})
+        for item, source in (("a", "model"), ("b", "model"), ("c", "repaired"), ("d", "fallback")):
+            store.put("odd", _row(item, _vote_team(1), 1, True, source=source))
+        for item in ("a", "b", "c"):
+            store.put("pol", _row(item + "2", _vote_team(1), 1, True, source="repaired" if item == "a" else "model"))
+        markdown = build_report(store).markdown
+    assert "| method | specs | as written (%) | repaired (%) | fallback (%) | usable | run |" in markdown
+    assert "| unconstrained:runs/q | 4 | 50.0 | 25.0 | 25.0 | **no** | `odd` |" in markdown
+    assert "| trained:runs/p | 3 | 66.7 | 33.3 | 0.0 | yes | `pol` |" in markdown
+    assert "| sc-cot | " not in markdown.split("| method | specs |")[1]

@@ -55,14 +55,14 @@ def shown_method(method: str) -> str:
     """A method as tables show it: a trained policy under LEMON_HOME reads `trained:$LEMON_HOME/REL`, so a
     report names the policy, not this machine's home folder (and stays one column wide); others as stored.
     Distinct policies keep distinct names: the mapping is one-to-one for one LEMON_HOME."""
-    path = method.removeprefix("trained:")
-    if path == method:
+    prefix = next((p for p in ("trained:", "unconstrained:") if method.startswith(p)), None)
+    if prefix is None:
         return method
     try:
-        relative = Path(path).relative_to(lemon_home())
+        relative = Path(method.removeprefix(prefix)).relative_to(lemon_home())
     except ValueError:
         return method
-    return f"trained:$LEMON_HOME/{relative.as_posix()}"
+    return f"{prefix}$LEMON_HOME/{relative.as_posix()}"
 
 
 def run_label(method: str, level: str) -> str:
@@ -209,16 +209,21 @@ class Prompted:
 
 @dataclass(frozen=True)
 class Trained:
-    """A trained policy (model directory, run directory or .gguf) writes the spec."""
+    """A trained policy (model directory, run directory or .gguf) writes the spec, under the spec grammar
+    (`unconstrained:PATH`: decoding freely, as policies did before the grammar; its own method, so its runs and
+    their share of unusable specs stay apart)."""
 
     path: str
+    grammar: bool = True
 
     @property
     def name(self) -> str:
-        return f"trained:{self.path}"
+        return f"{'trained' if self.grammar else 'unconstrained'}:{self.path}"
 
     def identity(self) -> str | None:
-        """The sha256 of the policy's weights and config, and the fallback (`fallback_identity`).
+        """The sha256 of the policy's weights and config, the fallback (`fallback_identity`) and, decoding under
+        the spec grammar, the grammar (`grammar_identity`: runs decoded freely, or under another grammar, are
+        never resumed into).
 
         The path alone does not identify a policy (lemon train rewrites `final/` in place), so, as with pool
         files, a different model at the same path starts a new run instead of resuming into another model's
@@ -226,6 +231,7 @@ class Trained:
         """
         from lemon.orchestrator.repair import fallback_identity
         from lemon.orchestrator.trained import resolve_policy_path
+        from lemon.spec.grammar import grammar_identity
 
         path = resolve_policy_path(self.path)
         files = [path] if path.is_file() else sorted(
@@ -236,7 +242,8 @@ class Trained:
             with f.open("rb") as fh:
                 for block in iter(functools.partial(fh.read, 1 << 22), b""):
                     digest.update(block)
-        return f"sha256:{digest.hexdigest()[:16]};{fallback_identity()}"
+        decoding = f";{grammar_identity()}" if self.grammar else ""
+        return f"sha256:{digest.hexdigest()[:16]};{fallback_identity()}{decoding}"
 
     def bind(self, env: MethodEnv) -> SpecWriter:
         return _orchestrated(self.name, env)  # says if the path is missing
@@ -265,6 +272,8 @@ _METHODS: dict[str, _Entry] = {
     "template": _Entry(lambda _: Template(), "template", "the default orchestration"),
     "prompted": _Entry(lambda _: Prompted(), "prompted"),
     "trained": _Entry(Trained, "trained:PATH", takes_arg=True),
+    "unconstrained": _Entry(lambda path: Trained(path, grammar=False), "unconstrained:PATH",
+                            "a trained policy decoding without the spec grammar", takes_arg=True),
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +51,18 @@ def neutral_generation_config(model: Any) -> Iterator[None]:
 
 
 class HFChatGenerator:
-    """A lazily loaded transformers chat model; one generation at a time (a CPU model gains nothing from more)."""
+    """A lazily loaded transformers chat model; one generation at a time (a CPU model gains nothing from more).
 
-    def __init__(self, path: Path) -> None:
+    `constrain(model, tokenizer)`, when given, builds the grammar every generation decodes under once the model
+    is loaded (a `lemon.llm.constrained.SpecDecoding`: the trained orchestrator's spec grammar).
+    """
+
+    def __init__(self, path: Path, constrain: Callable[[Any, Any], Any] | None = None) -> None:
         self.path = path
+        self.constrain = constrain
         self._model: Any = None
         self._tok: Any = None
+        self._decoding: Any = None
         self._lock = threading.Lock()
 
     def _load(self) -> tuple[Any, Any]:
@@ -71,6 +77,8 @@ class HFChatGenerator:
             if self._tok.pad_token is None:
                 self._tok.pad_token = self._tok.eos_token
             self._model = AutoModelForCausalLM.from_pretrained(str(self.path), dtype=torch.float32).eval()
+            if self.constrain is not None:
+                self._decoding = self.constrain(self._model, self._tok)
         return self._model, self._tok
 
     def generate(self, messages: list[dict[str, str]], max_new_tokens: int, temperature: float,
@@ -89,6 +97,10 @@ class HFChatGenerator:
                 kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
             else:
                 kwargs.update(do_sample=False)
+            if self._decoding is not None:
+                from transformers import LogitsProcessorList
+
+                kwargs["logits_processor"] = LogitsProcessorList([self._decoding.processor(1)])
             with torch.no_grad(), neutral_generation_config(model):
                 out = model.generate(**enc, **kwargs)
             new = out[0, enc["input_ids"].shape[1]:]

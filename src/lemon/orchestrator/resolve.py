@@ -1,5 +1,7 @@
 """One resolver from an orchestrator's name to the orchestrator: `template`, `prompted`, or a trained policy
-(`trained:PATH` or a bare PATH). `lemon run` and the evaluation methods both read names through it."""
+(`trained:PATH` or a bare PATH: decoding under the spec grammar; `unconstrained:PATH`: the same policy decoding
+freely, as every policy did before the grammar). `lemon run` and the evaluation methods both read names
+through it."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from lemon.orchestrator.base import Orchestrator
 from lemon.spec.roles import RoleLibrary
 
 TRAINED_PREFIX = "trained:"
+UNCONSTRAINED_PREFIX = "unconstrained:"
 
 
 def resolve_orchestrator(name: str, pool: Pool, roles: RoleLibrary, level: str | None = None) -> Orchestrator:
@@ -29,7 +32,8 @@ def resolve_orchestrator(name: str, pool: Pool, roles: RoleLibrary, level: str |
         return PromptedOrchestrator(pool, roles, level=level)
     from lemon.orchestrator.trained import TrainedOrchestrator
 
-    path = name.removeprefix(TRAINED_PREFIX)
+    free = name.startswith(UNCONSTRAINED_PREFIX)
+    path = name.removeprefix(UNCONSTRAINED_PREFIX) if free else name.removeprefix(TRAINED_PREFIX)
     if not path:
         raise ConfigError(f"orchestrator {name!r}: expected template, prompted, or a trained policy's path")
-    return TrainedOrchestrator(path, roles, pool.level_names)
+    return TrainedOrchestrator(path, roles, pool.level_names, grammar=not free)

@@ -2,9 +2,11 @@
 
 `path` is either a Hugging Face model directory (loaded lazily with transformers, greedy or sampled with
 `generate`) or a `.gguf` file (exported with `lemon export-gguf`, run by the embedded llama.cpp backend).
-No grammar in either case: the policy was trained to write the canonical YAML unaided, and what it writes
-goes through the same validate / repair / fallback path as the prompted orchestrator, with `source` saying
-which happened. This module does not import `lemon.train`: inference must not need the training stack's
+Both decode under the spec grammar (`lemon.spec.grammar`: llguidance's Lark for transformers, llama.cpp's GBNF
+for a .gguf) unless `grammar=False` (the `unconstrained:PATH` orchestrator): every output then parses as a spec
+over the pool's roles and levels. What it writes still goes through the same validate / repair / fallback
+path as the prompted orchestrator (a grammar cannot say which parents exist), with `source` saying which
+happened. This module does not import `lemon.train`: inference must not need the training stack's
 config or optimiser code, only torch + transformers for an HF directory.
 """
 
@@ -24,6 +26,7 @@ from lemon.orchestrator.base import Proposal
 from lemon.orchestrator.policy_prompt import policy_messages, read_prompt_style
 from lemon.orchestrator.repair import spec_from_output
 from lemon.runtime.budget import prompt_token_bound
+from lemon.spec.grammar import policy_grammar
 from lemon.spec.roles import RoleLibrary
 
 log = logging.getLogger(__name__)
@@ -57,12 +60,13 @@ class TrainedOrchestrator:
     level = None  # its own model, not one of the pool's levels
 
     def __init__(self, path: str | os.PathLike[str], roles: RoleLibrary, levels: Sequence[str], *,
-                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.0) -> None:
+                 max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, temperature: float = 0.0, grammar: bool = True) -> None:
         self.path = resolve_policy_path(path)
         self.roles = roles
         self.levels = tuple(levels)
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
+        self.grammar = grammar
         self.prompt_style = read_prompt_style(self.path)  # the prompt it was trained on
         self._gguf: Any = None
         self._hf: HFChatGenerator | None = None
@@ -74,7 +78,12 @@ class TrainedOrchestrator:
 
             self._gguf = EmbeddedBackend(str(self.path))
         else:
-            self._hf = HFChatGenerator(self.path)
+            self._hf = HFChatGenerator(self.path, self._constrain if grammar else None)
+
+    def _constrain(self, model: Any, tokenizer: Any) -> Any:
+        from lemon.llm.constrained import spec_decoding
+
+        return spec_decoding(model, tokenizer, self.roles, self.levels)
 
     def token_bound(self, task: str) -> int:
         """A bound on the prompt's tokens plus the generation limit."""
@@ -94,7 +103,8 @@ class TrainedOrchestrator:
         if self._gguf is not None:
             req = ChatRequest(tuple(Message(m["role"], m["content"]) for m in messages),  # type: ignore[arg-type]
                               GenParams(temperature=self.temperature, max_tokens=self.max_new_tokens,
-                                        seed=seed if self.temperature > 0 else None))
+                                        seed=seed if self.temperature > 0 else None),
+                              grammar=policy_grammar(self.roles, self.levels).gbnf() if self.grammar else None)
             c = await self._gguf.complete(req)
             return c.text, c.prompt_tokens, c.completion_tokens
         assert self._hf is not None
@@ -107,7 +117,7 @@ class TrainedOrchestrator:
             log.info("trained orchestrator: %s", w)  # the Proposal carries it; the caller shows it once
         return Proposal(spec=spec, source=source, raw=raw, warnings=warnings,  # type: ignore[arg-type]
                         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                        extra={"policy": str(self.path)})
+                        extra={"policy": str(self.path), "grammar": self.grammar})
 
     async def aclose(self) -> None:
         if self._gguf is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lemon.llm.constrained import SpecDecoding
 from lemon.train.batch import StepBatch
 from lemon.train.config import TrainConfig
 from lemon.train.credit import (
@@ -31,10 +32,12 @@ from lemon.train.policy_handle import Reference
 
 @dataclass
 class Memo:
-    """Per micro-batch tensors kept across epochs: the sampling policy's log-probs and the reference's."""
+    """Per micro-batch tensors kept across epochs: the sampling policy's log-probs, the reference's and the
+    grammar's packed masks (replayed once per step)."""
 
     old: dict[int, torch.Tensor] = field(default_factory=dict)
     ref: dict[int, torch.Tensor] = field(default_factory=dict)
+    masks: dict[int, torch.Tensor] = field(default_factory=dict)
 
 
 def _alt_rows(completions: Sequence[Sequence[int]], pairs: Sequence[Sequence[FieldPair]]) -> list[list[int]]:
@@ -46,9 +49,25 @@ def _alt_rows(completions: Sequence[Sequence[int]], pairs: Sequence[Sequence[Fie
     return rows
 
 
+def _grammatical(pairs: list[list[FieldPair]], masks: torch.Tensor | None) -> list[list[FieldPair]]:
+    """The pairs whose alternative token the grammar allows where it would be written: an edited spec renders
+    into the grammar, so all of them; one that did not would have log-probability -inf and no preference."""
+    if masks is None:
+        return pairs
+    return [[p for p in row if int(masks[i, p.position, p.alt_id // 32]) >> (p.alt_id % 32) & 1] for i, row in
+            enumerate(pairs)]
+
+
+def _masks(memo: Memo, b: int, rows: Sequence[Sequence[int]], decoding: SpecDecoding | None) -> torch.Tensor | None:
+    """The grammar's packed masks of micro-batch `b` (replayed once a step), None without a grammar."""
+    if decoding is not None and b not in memo.masks:
+        memo.masks[b] = decoding.masks(rows, max(1, max(len(c) for c in rows)))
+    return memo.masks.get(b)
+
+
 def accumulate(model: torch.nn.Module, batch: StepBatch, cfg: TrainConfig, pad_id: int, reference: Reference | None,
                 stats: dict[str, float] | None, n_tokens: float, dist: Distributed, memo: Memo,
-                first: bool) -> None:
+                first: bool, decoding: SpecDecoding | None = None) -> None:
     """Forward + backward over micro-batches; the loss is one token mean over the whole (global) batch.
 
     Per micro-batch of b rows: log-probs `lp` [b, T] (or [b, T, 2] with the pairwise alternatives), group
@@ -58,6 +77,8 @@ def accumulate(model: torch.nn.Module, batch: StepBatch, cfg: TrainConfig, pad_i
 
     `n_tokens` counts the completion tokens of every process; the gradient all-reduce runs on the last
     micro-batch only. Epochs after the first score PPO's clipped ratio against the first epoch's log-probs.
+    With `decoding` (the completions were sampled under the spec grammar) every log-prob, the reference's too,
+    is that of the grammar-masked, renormalised distribution: the grammar is replayed over the sampled ids.
     """
     temp = cfg.rollout.temperature
     share: bool = can_share_prompt(dist.unwrap(model), cfg)
@@ -66,16 +87,18 @@ def accumulate(model: torch.nn.Module, batch: StepBatch, cfg: TrainConfig, pad_i
     for k, sl in enumerate(slices):
         b = sl.start
         with dist.no_sync(model, sync=k == len(slices) - 1):
-            pairs = batch.pairs(sl)
+            masks = _masks(memo, b, batch.completions[sl], decoding)
+            pairs = _grammatical(batch.pairs(sl), masks)
             alt = _alt_rows(batch.completions[sl], pairs) if any(pairs) else None
-            lp, mask, _ = score_completions(model, batch.prompts[sl], batch.completions[sl], pad_id, temp, share, alt)
+            lp, mask, _ = score_completions(model, batch.prompts[sl], batch.completions[sl], pad_id, temp, share, alt,
+                                            masks)
             lp, lp_pair = (lp, None) if alt is None else (lp[..., 0], lp)
             t = lp.shape[1]
             adv = torch.tensor(batch.advantages[sl], dtype=lp.dtype, device=lp.device)[:, None].expand(-1, t)
             cf = torch.stack([counterfactual_advantages(t, terms).to(lp.device, lp.dtype)
                               for terms in batch.cf_terms[sl]])
             if reference is not None and b not in memo.ref:
-                memo.ref[b] = reference.logprobs(batch.prompts[sl], batch.completions[sl], pad_id, temp, share)
+                memo.ref[b] = reference.logprobs(batch.prompts[sl], batch.completions[sl], pad_id, temp, share, masks)
             ref_lp = memo.ref.get(b)
             if first and cfg.optim.epochs > 1:
                 memo.old[b] = lp.detach()

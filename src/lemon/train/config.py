@@ -99,6 +99,9 @@ class RolloutConfig(_Strict):
     temperature: float = Field(default=1.0, gt=0.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     worker_budget_tokens: int | None = Field(default=None, gt=0)
+    # Sample under the spec grammar (`lemon.spec.grammar`): every spec parses; the loss scores the masked,
+    # renormalised distribution the specs were drawn from. `--set rollout.grammar=false` samples freely.
+    grammar: bool = True
 
     @model_validator(mode="after")
     def _full_support(self) -> RolloutConfig:

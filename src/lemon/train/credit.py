@@ -165,8 +165,13 @@ def per_token_advantages(seq_len: int, group_advantage: float,
 
 
 def token_logprobs(logits: torch.Tensor, completion_ids: torch.Tensor, prompt_len: int,
-                   temperature: float = 1.0, alt_ids: torch.Tensor | None = None) -> torch.Tensor:
+                   temperature: float = 1.0, alt_ids: torch.Tensor | None = None,
+                   allowed: torch.Tensor | None = None) -> torch.Tensor:
     """Log-probs [B, T] of the completion tokens under softmax(`logits` / T), logits [B, P+T, V].
+
+    With `allowed` [B, T, V] (booleans: the tokens a grammar allowed at each completion position, as the sampler
+    saw them, `lemon.llm.constrained`), the softmax runs over the allowed tokens only: the distribution the
+    completions were sampled from under the grammar, renormalised; a forbidden token has probability zero.
 
     With `alt_ids` [B, T] (another token per position, e.g. the one a counterfactual edit writes there),
     returns [B, T, 2]: the completion token's log-prob and the alternative's, from the same softmax.
@@ -187,6 +192,8 @@ def token_logprobs(logits: torch.Tensor, completion_ids: torch.Tensor, prompt_le
     scaled = pred.to(torch.promote_types(pred.dtype, torch.float32))
     if temperature != 1.0:
         scaled = scaled / temperature
+    if allowed is not None:
+        scaled = scaled.masked_fill(~allowed.to(scaled.device), float("-inf"))
     logp = torch.log_softmax(scaled, dim=-1)
     if alt_ids is None:
         return torch.gather(logp, 2, completion_ids.unsqueeze(-1)).squeeze(-1)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from lemon.llm.constrained import SpecDecoding, unpack
 from lemon.llm.hf import neutral_generation_config, stop_token_ids
 from lemon.train.token_spans import offsets_from_token_ids
 
@@ -68,10 +69,12 @@ def position_ids(mask: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, max_new_tokens: int,
              temperature: float, top_p: float = 1.0, seed: int | None = None,
-             batch_size: int = 8, synced_gpus: bool = False, share_prompt: bool = False) -> list[Completion]:
+             batch_size: int = 8, synced_gpus: bool = False, share_prompt: bool = False,
+             decoding: SpecDecoding | None = None) -> list[Completion]:
     """One completion per prompt row; temperature 0 = greedy. Rows are generated in batches.
 
     `share_prompt`: rows of a batch that repeat a prompt (a GRPO group) prefill it once (`shared_prefill`).
+    `decoding`: sample under the spec grammar (each row's forbidden tokens masked; `lemon.llm.constrained`).
     """
     stop = eos_ids(model, tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(stop))
@@ -88,6 +91,10 @@ def generate(model: Any, tokenizer: Any, prompts: Sequence[Sequence[int]], *, ma
                                       "eos_token_id": sorted(stop)}
             if synced_gpus:
                 kwargs["synced_gpus"] = True
+            if decoding is not None:
+                from transformers import LogitsProcessorList
+
+                kwargs["logits_processor"] = LogitsProcessorList([decoding.processor(len(rows))])
             cache = shared_prefill(model, rows, pad) if share_prompt else None
             if cache is not None:
                 kwargs["past_key_values"] = cache
@@ -138,13 +145,14 @@ def _alt_tensor(alt_ids: Sequence[Sequence[int]] | None, c_ids: torch.Tensor) ->
 
 
 def batch_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
-                   pad_id: int, temperature: float = 1.0,
-                   alt_ids: Sequence[Sequence[int]] | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+                   pad_id: int, temperature: float = 1.0, alt_ids: Sequence[Sequence[int]] | None = None,
+                   masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Teacher-forced log-probs [B, T] of the completions, their mask [B, T] and the shared prompt length P.
 
     `temperature` is the one the completions were sampled at (the scored distribution is softmax(z / T)).
     With `alt_ids` (one alternative token per completion position) the log-probs are [B, T, 2]
-    (`credit.token_logprobs`).
+    (`credit.token_logprobs`). `masks`: the grammar's packed masks of the completions (`SpecDecoding.masks`,
+    at least T wide), so the scored distribution is the one sampled under the grammar.
 
     Prompts are left-padded to P, completions right-padded to T; the returned log-probs keep the graph.
     """
@@ -167,8 +175,15 @@ def batch_logprobs(model: Any, prompts: Sequence[Sequence[int]], completions: Se
     # the prompt's rows of the LM head saves most of its cost and memory on a 49k vocabulary.
     logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask),
                    logits_to_keep=t + 1).logits
-    lp = token_logprobs(logits[:, :t + 1], c_ids, 1, temperature, alt)
+    lp = token_logprobs(logits[:, :t + 1], c_ids, 1, temperature, alt, _allowed(masks, t, logits))
     return lp, c_mask.to(lp.dtype), p_ids.shape[1]
+
+
+def _allowed(masks: torch.Tensor | None, t: int, logits: torch.Tensor) -> torch.Tensor | None:
+    """The packed grammar masks of T positions as booleans [B, T, V] on the logits' device (None: no grammar)."""
+    if masks is None:
+        return None
+    return unpack(masks[:, :t], logits.shape[-1]).to(logits.device)
 
 
 def shares_prompt(prompts: Sequence[Sequence[int]]) -> bool:
@@ -177,8 +192,8 @@ def shares_prompt(prompts: Sequence[Sequence[int]]) -> bool:
 
 
 def shared_prompt_logprobs(model: Any, prompt: Sequence[int], completions: Sequence[Sequence[int]], pad_id: int,
-                           temperature: float = 1.0,
-                           alt_ids: Sequence[Sequence[int]] | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+                           temperature: float = 1.0, alt_ids: Sequence[Sequence[int]] | None = None,
+                           masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """`batch_logprobs` for rows that share ONE prompt: the prompt runs once (batch 1), its key/value cache is
     repeated for the B completions, which then run with it (gradients flow back through the cache).
 
@@ -208,14 +223,15 @@ def shared_prompt_logprobs(model: Any, prompt: Sequence[int], completions: Seque
     pos = torch.arange(n, n + t, device=device)[None].expand(b, -1)
     tail = model(input_ids=c_ids, past_key_values=cache, position_ids=pos, use_cache=True).logits
     logits = torch.cat([head.logits[:, -1:].expand(b, -1, -1), tail[:, :t - 1]], dim=1)
-    lp = token_logprobs(logits, c_ids, 1, temperature, alt)
+    lp = token_logprobs(logits, c_ids, 1, temperature, alt, _allowed(masks, t, logits))
     return lp, c_mask.to(lp.dtype), n
 
 
 def score_completions(model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]],
                       pad_id: int, temperature: float = 1.0, share: bool = False,
-                      alt_ids: Sequence[Sequence[int]] | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+                      alt_ids: Sequence[Sequence[int]] | None = None,
+                      masks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """`shared_prompt_logprobs` when `share` is allowed and the rows have one prompt, else `batch_logprobs`."""
     if share and shares_prompt(prompts):
-        return shared_prompt_logprobs(model, prompts[0], completions, pad_id, temperature, alt_ids)
-    return batch_logprobs(model, prompts, completions, pad_id, temperature, alt_ids)
+        return shared_prompt_logprobs(model, prompts[0], completions, pad_id, temperature, alt_ids, masks)
+    return batch_logprobs(model, prompts, completions, pad_id, temperature, alt_ids, masks)

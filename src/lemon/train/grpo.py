@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from lemon.errors import ConfigError, LemonError
+from lemon.llm.constrained import spec_decoding
 from lemon.llm.serve import workers_for
 from lemon.orchestrator.policy_prompt import policy_messages, read_prompt_style
 from lemon.runtime import Executor
@@ -146,7 +147,8 @@ class Trainer:
 
     def update(self, batch: StepBatch) -> dict[str, float]:
         model = self.policy.model if self.update_model is None else self.update_model
-        return policy_update(model, batch, self.optimizer, self.cfg, self.policy.pad_id, self.reference, self.dist)
+        return policy_update(model, batch, self.optimizer, self.cfg, self.policy.pad_id, self.reference, self.dist,
+                             decoding=self.policy.decoding)
 
     async def step(self, step: int) -> MetricsRow:
         s, cfg = self.settings, self.cfg
@@ -323,6 +325,8 @@ async def _open_trainer(s: TrainSettings, tasks: Sequence[TrainTask], split: str
     optimizer = torch.optim.AdamW(trainable(policy.model), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
     wrapped, optimizer = dist.prepare(policy.model, optimizer)
     policy.synced_gpus = dist.sharded
+    if cfg.rollout.grammar:
+        policy.decoding = spec_decoding(policy.model, policy.tokenizer, roles, executor.pool.level_names)
     sampler = AdaptiveFamilySampler.from_config(cfg.sampler, seed=stable_seed(s.seed, "sampler"))
     trainer = Trainer(s, cfg, policy, executor, roles, tasks, optimizer, sampler,
                       run=run if dist.is_main else None, reference=reference, dist=dist, update_model=wrapped)

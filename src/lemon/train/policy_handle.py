@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
+from lemon.llm.constrained import SpecDecoding
 from lemon.orchestrator.policy_prompt import write_prompt_style
 from lemon.train.generation import Completion, chat_prompt_ids, generate, score_completions
 from lemon.train.token_spans import first_divergence
@@ -25,6 +26,7 @@ class PolicyHandle(Protocol):
     model: Any          # a torch module whose forward `batch_logprobs` can call
     pad_id: int
     prompt_style: str   # the policy prompt it is asked with (`policy_prompt.PROMPT_STYLES`)
+    decoding: SpecDecoding | None  # the spec grammar it samples under (None: free decoding)
 
     def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]: ...
 
@@ -48,6 +50,7 @@ class HFPolicy:
     tokenizer: Any
     synced_gpus: bool = False  # FSDP: every process steps generation until all are done (sharded forwards)
     prompt_style: str = "full"  # recorded beside every save, so inference asks it the same way
+    decoding: SpecDecoding | None = None  # sample under the spec grammar (`rollout.grammar`); the loss replays it
 
     @property
     def pad_id(self) -> int:
@@ -60,7 +63,7 @@ class HFPolicy:
                seed: int) -> list[Completion]:
         return generate(self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens,
                         temperature=temperature, seed=seed, batch_size=max(8, min(len(prompts), 32)),
-                        synced_gpus=self.synced_gpus, share_prompt=True)
+                        synced_gpus=self.synced_gpus, share_prompt=True, decoding=self.decoding)
 
     def alternative(self, completion: Completion, start: int, end: int, replacement: str) -> tuple[int, int] | None:
         def tokenize(text: str) -> list[int]:
@@ -92,9 +95,11 @@ class Reference:
 
     @torch.no_grad()
     def logprobs(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], pad_id: int,
-                 temperature: float, share: bool = False) -> torch.Tensor:
-        """`share`: rows with one prompt run it once (`generation.score_completions`)."""
+                 temperature: float, share: bool = False, masks: torch.Tensor | None = None) -> torch.Tensor:
+        """`share`: rows with one prompt run it once (`generation.score_completions`); `masks`: the grammar's,
+        so the KL compares the two policies on the distribution the completions were sampled from."""
         if self.frozen is not None:
-            return score_completions(self.frozen, prompts, completions, pad_id, temperature, share)[0]
+            return score_completions(self.frozen, prompts, completions, pad_id, temperature, share, masks=masks)[0]
         with self.policy_model.disable_adapter():
-            return score_completions(self.policy_model, prompts, completions, pad_id, temperature, share)[0]
+            return score_completions(self.policy_model, prompts, completions, pad_id, temperature, share,
+                                     masks=masks)[0]

@@ -146,6 +146,7 @@ class SlotPolicy:
     slot_names: list[str | None]
     pad_id: int = 0
     prompt_style: str = "full"
+    decoding: None = None  # its template is its grammar: nothing else to constrain
 
     @classmethod
     def create(cls) -> SlotPolicy:

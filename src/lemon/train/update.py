@@ -8,6 +8,7 @@ from collections.abc import Iterator, Sequence
 
 import torch
 
+from lemon.llm.constrained import SpecDecoding
 from lemon.train.accumulate import Memo, accumulate
 from lemon.train.batch import StepBatch
 from lemon.train.config import TrainConfig
@@ -69,8 +70,8 @@ def scoring_mode(model: torch.nn.Module, checkpointing: bool) -> Iterator[None]:
 
 
 def policy_update(model: torch.nn.Module, batch: StepBatch, optimizer: torch.optim.Optimizer, cfg: TrainConfig,
-                  pad_id: int, reference: Reference | None = None, dist: Distributed | None = None
-                  ) -> dict[str, float]:
+                  pad_id: int, reference: Reference | None = None, dist: Distributed | None = None,
+                  decoding: SpecDecoding | None = None) -> dict[str, float]:
     """`optim.epochs` optimiser steps on the batch; returns loss parts, KL, grad norm and the weight change.
 
     The forward runs without dropout (LoRA dropout included): the completions were sampled without it, and
@@ -79,7 +80,8 @@ def policy_update(model: torch.nn.Module, batch: StepBatch, optimizer: torch.opt
     moving the policy on batches that say nothing (review item 7). Nor does a batch whose reward terms push
     the logits less than `optim.min_signal` (Δs on spans written with p ~ 1: signal the policy cannot act on;
     the KL term is not a reason to step), or whose gradient is below `optim.min_grad_norm`. Loss, KL and
-    entropy are those of the first epoch (the sampling policy), summed over processes.
+    entropy are those of the first epoch (the sampling policy), summed over processes. `decoding`: the spec
+    grammar the completions were sampled under (`accumulate` scores the masked distribution).
     """
     dist = dist or Distributed()
     stats = {"loss_pg": 0.0, "loss_cf": 0.0, "kl": 0.0, "entropy": 0.0, "grad_norm": 0.0, "updated": 0.0,
@@ -95,7 +97,7 @@ def policy_update(model: torch.nn.Module, batch: StepBatch, optimizer: torch.opt
         for epoch in range(cfg.optim.epochs):
             optimizer.zero_grad(set_to_none=True)
             accumulate(model, batch, cfg, pad_id, reference if cfg.credit.kl_beta > 0 else None,
-                        stats if epoch == 0 else None, n_tokens, dist, memo, first=epoch == 0)
+                        stats if epoch == 0 else None, n_tokens, dist, memo, first=epoch == 0, decoding=decoding)
             norm = dist.clip_grad_norm(params, cfg.optim.max_grad_norm)
             if epoch == 0:  # norm and signal are totals over every process: all skip together
                 stats["grad_norm"], stats["signal"] = norm, dist.all_sum([stats["signal"]])[0]
