@@ -112,7 +112,8 @@ if wants report; then  # paired tests against the best fixed baseline of each be
   # and where each multi-agent team lost its answer (--replies)
   compare=(--compare "vanilla,best" --compare "template,best")
   for policy in $trained; do compare+=(--compare "trained:$policy,best"); done
-  lemon report --store "$store" --replies "${compare[@]}"
+  # the terminal gets tables fitted to its width; the Markdown (every row, for docs/results.md) goes to a file
+  lemon report --store "$store" --replies "${compare[@]}" --file "${store%.sqlite}-report.md"
 fi
 if [ -n "$failed" ]; then echo "six_benchmarks: $failed; the table has the policies that exist:${trained:- none}" >&2; exit 1; fi
 exit 0

@@ -97,9 +97,10 @@ def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, d
     assert log.count("--max-tokens 48") == len(log.splitlines())
     assert all(re.match(r"\S+Z commit=[0-9a-f]{7,} lemon eval .* jobs=2 threads=1$", line) for line in log.splitlines())
     assert "multiarith" in res.stdout and "template" in res.stdout
-    assert "### Paired test: template vs " in res.stdout  # the orchestrator against the best fixed baseline
-    assert "| template | test | 2 | 1 |" in res.stdout  # complete: every item once, whichever process ran it
-    assert "### Where the answer was lost (multiarith" in res.stdout  # --replies: each agent's reply graded alone
+    assert "Paired test: template vs " in res.stdout  # the orchestrator against the best fixed baseline
+    report = (tmp_path / "t-report.md").read_text()  # the Markdown of the report, beside the store
+    assert "| template | test | 2 | 1 |" in report  # complete: every item once, whichever process ran it
+    assert "### Where the answer was lost (multiarith" in report  # --replies: each agent's reply graded alone
 
 
 def test_the_tables_parts_run_alone_and_a_bad_part_is_one_line(tmp_path: Path, data_dir: Path) -> None:

@@ -16,12 +16,27 @@ def entry() -> None:
     `try` but `sys`, which Python has already loaded. A Ctrl-C that Python swallows is raised again
     (`_interrupt_again`). Once the command has ended, a Ctrl-C while the interpreter shuts down (joining worker
     threads) ends it at once, with the same line."""
+    import signal  # built in: no import work for a Ctrl-C to land in
+
+    received: list[int] = []
+
+    def noted(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
     try:
         sys.unraisablehook = _interrupt_again
+        signal.signal(signal.SIGINT, noted)  # while the CLI's modules import: Python's own handler after
         from lemon.cli.main import main as run_cli
 
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # asyncio.run hands Ctrl-C over only from it
         run_cli()
     except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    except Exception:  # a Ctrl-C inside a C-level import that Python turned into another error
+        if not received:
+            raise
         sys.stderr.write("interrupted\n")
         sys.exit(130)
     finally:
