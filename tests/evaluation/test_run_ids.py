@@ -32,7 +32,9 @@ PINNED = [
           max_tokens=256, call_timeout_s=30.0), "test", 10, "da571540175a689a"),
     (dict(benchmark="humaneval", method="template", level="medium", pool="cpu"), "test", 5, "10b11f56c87a5b97"),
     (dict(benchmark="svamp", method="prompted", level="medium", pool="pool.yaml"), "test", 5, "9e9565c3b82225aa"),
-    (dict(benchmark="gsm8k", method="trained:policy", level="small", pool="tiny"), "test", 3, "5d18b7decb8f1313"),
+    # moved on 2026-11-29 on purpose: a trained policy now decodes under the spec grammar, which its identity names,
+    # so a run written by the unconstrained policy is never resumed by the constrained one (was 5d18b7decb8f1313)
+    (dict(benchmark="gsm8k", method="trained:policy", level="small", pool="tiny"), "test", 3, "1e642e6094a6be9e"),
 ]
 
 
