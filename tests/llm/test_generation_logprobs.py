@@ -66,7 +66,9 @@ async def test_the_cache_banks_the_generation_logprob_as_the_reply_score(tmp_pat
         assert cache.get_score(score_key(backend.model_id, request, fresh.text)) == fresh.logprob
         again = await backend.complete(request)
         assert again.cached and again.text == fresh.text and again.logprob == fresh.logprob
-        assert await backend.score(request, fresh.text) == fresh.logprob and backend.score_hits == 1
+        # served with the cached reply (a score hit), and again when asked: no scoring pass either time
+        assert again.logprob == fresh.logprob and backend.score_hits == 1
+        assert await backend.score(request, fresh.text) == fresh.logprob and backend.score_hits == 2
     finally:
         await backend.aclose()
         cache.close()
