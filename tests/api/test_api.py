@@ -15,14 +15,8 @@ from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.scripted import ScriptedBackend
 from lemon.spec.model import Agent
 from lemon.spec.model import Spec as SpecModel
+from tests.api.specs import VOTE
 from tests.pools import scripted_pool
-
-VOTE = """agents:
-  - {name: solver, role: math_solver, capacity: large}
-  - {name: solver_2, role: math_solver, capacity: large}
-  - {name: solver_3, role: math_solver, capacity: large}
-  - {name: vote, role: majority_vote, capacity: large, depends_on: [solver, solver_2, solver_3], stop: {agree: 2}}
-"""
 
 
 def _python(code: str) -> str:

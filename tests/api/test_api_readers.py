@@ -12,17 +12,12 @@ import lemon
 from lemon.errors import LemonError
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.scripted import ScriptedBackend
+from tests.api.specs import VOTE
 from tests.cli.test_cli_core import lemon as lemon_cli
 from tests.pools import scripted_pool
 
 POOL = ("name: scripted\nlevels:\n  - {name: small, backend: scripted, model: s}\n"
         "  - {name: medium, backend: scripted, model: m}\n  - {name: large, backend: scripted, model: l}\n")
-VOTE = """agents:
-  - {name: solver, role: math_solver, capacity: large}
-  - {name: solver_2, role: math_solver, capacity: large}
-  - {name: solver_3, role: math_solver, capacity: large}
-  - {name: vote, role: majority_vote, capacity: large, depends_on: [solver, solver_2, solver_3], stop: {agree: 2}}
-"""
 
 
 def _pool_file(tmp_path: Path) -> Path:
