@@ -8,8 +8,8 @@
 # Stages, each resumable (`lemon eval` resumes from the store; re-run after an interruption):
 #   train  TRAIN items the controller learns from: GSM8K and SVAMP `train` items 1..TRAIN_LIMIT (60) x seed 0,
 #          prose and program voters; MultiArith `train` the same; AQuA and MMLU `dev` (their training pool)
-#          items 1..CHOICE_TRAIN_LIMIT (30) x seed 0, prose voters. Grown in steps of 20 items, so a partial
-#          bank is balanced across benchmarks.
+#          items 1..CHOICE_TRAIN_LIMIT (30) x seed 0, prose voters. Grown in three rounds (numbers to 20, 40, 60
+#          items, choices to 10, 20, 30 after each), so a partial bank has every kind and is balanced.
 #   test   TEST items that judge it (never used to choose a design): GSM8K and SVAMP `test` items 1..150 x seeds
 #          0-1, prose and program voters; AQuA and MMLU (MMLU: its `val` evaluation split) items 1..60 x 2, prose.
 #          Grown seed 0 first, in steps of 30 items, so a partial bank is already a paired comparison.
@@ -41,15 +41,15 @@ steps() {  # LIMIT STEP: STEP, 2 STEP, ... up to LIMIT, and LIMIT itself
   { seq "$2" "$2" "$1"; echo "$1"; } | sort -nu
 }
 
-train_stage() {
-  local n
-  for n in $(steps "$train_limit" 20); do
+train_stage() {  # rounds: numbers to 20 r items, then choices to 10 r, so every kind has train items early
+  local r n
+  for r in $(seq 1 $(((train_limit + 19) / 20))); do
+    n=$((20 * r < train_limit ? 20 * r : train_limit))
     for bench in gsm8k svamp multiarith; do
       voters "$bench" train "$n" 1 sc-cot
       voters "$bench" train "$n" 1 sc-pot
     done
-  done
-  for n in $(steps "$choice_train_limit" 10); do
+    n=$((10 * r < choice_train_limit ? 10 * r : choice_train_limit))
     for bench in aqua mmlu; do voters "$bench" dev "$n" 1 sc-cot; done
   done
 }
