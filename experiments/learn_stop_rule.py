@@ -15,7 +15,9 @@ does against the fixed stop rules on items it was not fit on.
    packaged policies: `stop: {learned: number}` reads src/lemon/spec/stops/policies/number.json).
 
 Usage: LEMON_DATA_DIR=../shared/data python experiments/learn_stop_rule.py [--store S] [--draws F]
-       [--splits gsm8k:train svamp:train ...] [--price 0.05] [--orders 8] [--out DIR] [--collect-only]
+       [--splits gsm8k:train svamp:train ...] [--price 0.05] [--orders 8] [--out DIR] [--collect-only] [--score]
+--score: prose replies banked before replies carried their log-probability (AQuA and MMLU `dev`) are scored first,
+one teacher-forced pass each on the `cpu` pool's model, and the scores banked (`score_voters`).
 Rebuild the packaged policies: python experiments/learn_stop_rule.py (after experiments/runtime_bank.sh train).
 """
 
@@ -31,7 +33,7 @@ from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
 from lemon.errors import LemonError, run_script
-from lemon.evaluation.bank import bank_keys
+from lemon.evaluation.bank import bank_keys, vote_team
 from lemon.evaluation.baselines import baseline_spec
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.store import ResultsStore
@@ -70,9 +72,23 @@ async def replay_voters(executor: Executor, method: str, bench: str, item: objec
     return tuple(draws)
 
 
-async def collect(store: ResultsStore, splits: list[str], known: dict[str, ItemDraws]) -> list[ItemDraws]:
-    """Every banked (item, seed) of `splits` as ItemDraws (those in `known` are not replayed again)."""
+async def score_voters(executor: Executor, bench: str, item: object, run_seed: int) -> None:
+    """Bank a log-probability for each of the item's 5 prose voters that has none (drawn before replies carried
+    them): the same voters behind a gate no reply passes (`stop: {logprob: -1}`), so every reply is scored by
+    one teacher-forced pass on an online pool and the LLM cache keeps the score (the replies themselves are
+    cache hits). Such a score is within 1-3 % of the generation's own (docs/notebook/2026-11-29.md)."""
+    task = get_benchmark(bench)
+    spec = vote_team(task.kind, "large", 5, StopRule(logprob=-1))
+    await executor.run(spec, task.prompt(item), seed=run_seed,  # type: ignore[arg-type]
+                       vote_key=lambda text: task.extract(text, item))  # type: ignore[arg-type]
+
+
+async def collect(store: ResultsStore, splits: list[str], known: dict[str, ItemDraws],
+                  score: bool = False) -> list[ItemDraws]:
+    """Every banked (item, seed) of `splits` as ItemDraws (those in `known` are not replayed again); with
+    `score`, prose voters without a log-probability are scored first (`score_voters`)."""
     pool, roles = load_pool("cpu", offline=True), RoleLibrary.load()
+    online = load_pool("cpu") if score else None
     out = []
     for bench_split in splits:
         bench, split = bench_split.split(":")
@@ -82,6 +98,7 @@ async def collect(store: ResultsStore, splits: list[str], known: dict[str, ItemD
         params = pool.params(temperature=float(config["temperature"]),  # type: ignore[arg-type]
                              max_tokens=None if limit is None else int(limit))  # type: ignore[call-overload]
         executor, max_tokens = Executor(pool, roles, params=params), params.max_tokens
+        scorer = Executor(online, roles, params=params) if online is not None else None
         items = {str(i.id): i for i in load_split(bench, split)}
         for item_id, seed in sorted(keys):
             key = f"{item_id}@{seed}"
@@ -91,6 +108,9 @@ async def collect(store: ResultsStore, splits: list[str], known: dict[str, ItemD
             run_seed = item_seed(bench, items[item_id].id, seed)
             try:
                 prose = await replay_voters(executor, "sc-cot", bench, items[item_id], run_seed, max_tokens)
+                if scorer is not None and any(d.reply.logprob is None for d in prose):
+                    await score_voters(scorer, bench, items[item_id], run_seed)
+                    prose = await replay_voters(executor, "sc-cot", bench, items[item_id], run_seed, max_tokens)
                 programs = await replay_voters(executor, "sc-pot", bench, items[item_id], run_seed, max_tokens) \
                     if task.kind == "number" else ()
             except LemonError as exc:  # not banked yet (the bank grows in the background): left for next time
@@ -191,12 +211,14 @@ def main() -> None:
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--out", type=Path, default=POLICIES, help="folder of the policies (one file per answer kind)")
     ap.add_argument("--collect-only", action="store_true")
+    ap.add_argument("--score", action="store_true",
+                    help="score prose replies banked without a log-probability (one teacher-forced pass each)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     known = {}
     if args.draws.is_file():
         known = {d.key: d for d in map(draws_from_json, args.draws.read_text().splitlines())}
-    items = asyncio.run(collect(ResultsStore(args.store), args.splits, known))
+    items = asyncio.run(collect(ResultsStore(args.store), args.splits, known, args.score))
     write_atomic(args.draws, "".join(draws_to_json(d) + "\n" for d in items))
     log.info("%d (item, seed) pairs: %s", len(items), dict(Counter(d.key.split("/")[0] for d in items)))
     if not args.collect_only:
