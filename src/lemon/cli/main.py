@@ -75,13 +75,6 @@ def _configure(
     )
 
 
-BudgetOpt = Annotated[int | None, typer.Option(help="Cap on the run's tokens: orchestrator and workers.")]
-TimeoutOpt = Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")]
-TraceOutOpt = Annotated[Path | None, opt("out", help="Folder for the trace JSON (default LEMON_HOME/runs).")]
-RunJsonOpt = Annotated[bool, opt("as_json", help="Print one JSON object (answer, output, tokens, trace path) on "
-                                                  "stdout; the spec and progress go to stderr.")]
-
-
 def _check_run_options(max_tokens: int, budget_tokens: int | None, timeout: float | None,
                        temperature: float) -> None:
     """Usage errors for values a backend would read as "unlimited" (0, -1) or that cannot be met."""
@@ -99,15 +92,16 @@ class RunFlags:
 
     temperature: TemperatureOpt = DEFAULT_TEMPERATURE
     max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS
-    budget_tokens: BudgetOpt = None
-    timeout: TimeoutOpt = None
+    budget_tokens: Annotated[int | None, typer.Option(help="Cap on the run's tokens: orchestrator and workers.")] = None
+    timeout: Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")] = None
     seed: SeedOpt = 0
-    out: TraceOutOpt = None
+    out: Annotated[Path | None, opt("out", help="Folder for the trace JSON (default LEMON_HOME/runs).")] = None
     no_cache: NoCacheOpt = False
     model: ModelOpt = None
     base_url: BaseUrlOpt = None
     api_key_env: ApiKeyEnvOpt = None
-    as_json: RunJsonOpt = False
+    as_json: Annotated[bool, opt("as_json", help="Print one JSON object (answer, output, tokens, trace path) on "
+                                                 "stdout; the spec and progress go to stderr.")] = False
     threads: MaybeThreadsOpt = None
 
 
