@@ -6,7 +6,8 @@ P2  runtime overhead per node with a zero-latency model, in ms (target < 1); the
 P3  model calls of a counterfactual re-run / (edited agent + its descendants), per operator family on a
     6-agent spec (target exactly 1.00)
 
-Run: `python benchmarks/bench_runtime.py`. One line per measure, starting with its id.
+Run from the repository root: `PYTHONPATH=. python benchmarks/bench_runtime.py` (it runs the executor tests'
+specs, tests/runtime/specs.py). One line per measure, starting with its id.
 """
 
 from __future__ import annotations
@@ -17,29 +18,20 @@ import statistics
 import time
 
 from lemon.errors import run_script
-from lemon.llm.base import GenParams
-from lemon.llm.pool import Level, Pool
+from lemon.llm.pool import Pool
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Executor, NodeCache
 from lemon.spec.edits import FAMILIES, applicable_edits, apply_edit
 from lemon.spec.model import Agent, Spec
 from lemon.spec.roles import RoleLibrary
+from tests.pools import LEVELS, pool_of
+from tests.runtime.specs import SIX, fan_out
 
-LEVELS = ("small", "medium", "large")
 ROLES = RoleLibrary.load()
 
 
 def pool(latency_s: float) -> Pool:
-    return Pool("bench", tuple(Level(n, ScriptedBackend(f"m-{n}", latency_s=latency_s), 64) for n in LEVELS),
-                GenParams())
-
-
-def fan_out(width: int, tag: int) -> Spec:
-    workers = tuple(Agent(name=f"w{i}", role="generalist", duty=f"Angle {i} run {tag}.", capacity="small")
-                    for i in range(width))
-    agg = Agent(name="agg", role="final_decision_maker", capacity="large",
-                depends_on=tuple(w.name for w in workers))
-    return Spec(agents=(*workers, agg), output="agg")
+    return pool_of({n: ScriptedBackend(f"m-{n}", latency_s=latency_s) for n in LEVELS}, concurrency=64, name="bench")
 
 
 def chain(n: int, tag: int) -> Spec:
@@ -48,23 +40,12 @@ def chain(n: int, tag: int) -> Spec:
                              for i in range(n)), output=f"a{n - 1}")
 
 
-SIX = Spec(agents=(
-    Agent(name="plan", role="planner", duty="Plan it.", capacity="large"),
-    Agent(name="facts", role="analyst", duty="List facts.", capacity="medium"),
-    Agent(name="solve", role="math_solver", duty="Solve.", capacity="large", depends_on=("plan", "facts")),
-    Agent(name="alt", role="math_solver", duty="Solve another way.", capacity="medium", depends_on=("facts",)),
-    Agent(name="check", role="critic", duty="Check both.", capacity="medium", depends_on=("solve", "alt")),
-    Agent(name="final", role="final_decision_maker", duty="Decide.", capacity="large",
-          depends_on=("check", "plan")),
-), output="final")
-
-
 async def p1(repeats: int, latency: float) -> float:
     ex = Executor(pool(latency), ROLES)
     walls = []
     for r in range(repeats):
         start = time.perf_counter()
-        result = await ex.run(fan_out(8, r), "task")
+        result = await ex.run(fan_out(8, f" run {r}"), "task")
         walls.append(time.perf_counter() - start)
         assert result.status == "ok" and result.calls == 9
     return statistics.median(walls) / (2 * latency)

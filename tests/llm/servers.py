@@ -67,20 +67,46 @@ def llama_server(model: Path, *, startup_s: float = 120.0) -> Iterator[str]:
                 proc.wait()
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that speaks HTTP/1.1 (keep-alive, as the OpenAI clients expect) and writes no access
+    log line per request (they would bury a failing test's output)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextmanager
+def serving(handler: type[BaseHTTPRequestHandler], server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer,
+            poll_interval: float = 0.5) -> Iterator[ThreadingHTTPServer]:
+    """`handler` behind a real threaded HTTP server on a free port of 127.0.0.1, served from a daemon thread
+    and shut down after; yields the server (`root_url(server)` is its address), so every test double starts
+    and stops its server the same way."""
+    server = server_class(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": poll_interval}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def root_url(server: ThreadingHTTPServer) -> str:
+    """`http://127.0.0.1:PORT` of a server started by `serving`."""
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
 @contextmanager
 def scripted_http_server(replies: list[tuple[int, bytes, float]]) -> Iterator[tuple[str, list[dict]]]:
     """A TEST DOUBLE of an OpenAI-compatible endpoint on 127.0.0.1: the i-th POST gets `replies[i]`
     (status, body, delay in seconds; the last reply repeats). Yields the base URL and the JSON bodies
     received, so a test can check what was sent and how often."""
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     received: list[dict] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             received.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0)))))
             status, body, delay = replies[min(len(received), len(replies)) - 1]
@@ -91,18 +117,8 @@ def scripted_http_server(replies: list[tuple[int, bytes, float]]) -> Iterator[tu
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", received
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as server:
+        yield f"{root_url(server)}/v1", received
 
 
 # ---- a fault-injecting OpenAI-compatible endpoint -----------------------------------------------------------
@@ -197,9 +213,7 @@ def fault_server(pick: Callable[[dict, int], Fault]) -> Iterator[FaultEndpoint]:
     lock = threading.Lock()
     stop = threading.Event()
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
             with lock:
@@ -232,19 +246,12 @@ def fault_server(pick: Callable[[dict, int], Fault]) -> Iterator[FaultEndpoint]:
                     endpoint.chunked_bytes_sent += len(chunk)
             self.wfile.write(b"0\r\n\r\n")
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = _QuietServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    endpoint.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
-        yield endpoint
-    finally:
-        stop.set()
-        server.shutdown()
-        server.server_close()
+    with serving(Handler, _QuietServer, poll_interval=0.05) as server:
+        endpoint.base_url = f"{root_url(server)}/v1"
+        try:
+            yield endpoint
+        finally:
+            stop.set()  # wakes the handlers still delaying, before the server stops
 
 
 # ---- a raw-socket endpoint, for replies that are not HTTP at all ---------------------------------------------

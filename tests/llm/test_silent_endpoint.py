@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from lemon.llm.base import ChatRequest, GenParams, Message
 from lemon.llm.openai_compat import OpenAIBackend
 from lemon.llm.pools import load_pool
 from tests.cli.test_cli_core import assert_clean_error, lemon
-from tests.llm.servers import completion
+from tests.llm.servers import QuietHandler, completion, root_url, serving
 
 HI = ChatRequest((Message("user", "2+2?"),), GenParams(seed=3))
 
@@ -64,9 +63,7 @@ def stalling_server(answer_first: int = 0) -> Iterator[tuple[str, threading.Even
     release, silent = threading.Event(), threading.Event()
     posts = [0]
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
+    class Handler(QuietHandler):
         def _reply(self, status: int, body: bytes) -> None:
             self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
@@ -87,19 +84,11 @@ def stalling_server(answer_first: int = 0) -> Iterator[tuple[str, threading.Even
                 return
             release.wait(60)
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", silent
-    finally:
-        release.set()
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as server:
+        try:
+            yield f"{root_url(server)}/v1", silent
+        finally:
+            release.set()
 
 
 def test_lemon_run_against_a_silent_endpoint_fails_in_seconds_with_one_line(_isolated_home: Path) -> None:

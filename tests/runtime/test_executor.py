@@ -17,6 +17,7 @@ from lemon.spec.edits import FAMILIES, applicable_edits, apply_edit
 from lemon.spec.model import Agent, Spec
 from lemon.spec.roles import RoleLibrary
 from tests.pools import LEVELS, CountingBackend, pool_of, scripted_pool
+from tests.runtime.specs import SIX, fan_out
 
 ROLES = RoleLibrary.load()
 
@@ -32,23 +33,6 @@ def three_models() -> Pool:
 
 def calls(p: Pool) -> int:
     return sum(len(lv.backend.calls) for lv in p.levels)  # type: ignore[attr-defined]
-
-
-def fan_out(width: int) -> Spec:
-    workers = tuple(Agent(name=f"w{i}", role="generalist", duty=f"Angle {i}.", capacity="small")
-                    for i in range(width))
-    agg = Agent(name="agg", role="final_decision_maker", capacity="large", depends_on=tuple(w.name for w in workers))
-    return Spec(agents=(*workers, agg), output="agg")
-
-
-SIX = Spec(agents=(
-    Agent(name="plan", role="planner", duty="Plan it.", capacity="large"),
-    Agent(name="facts", role="analyst", duty="List facts.", capacity="medium"),
-    Agent(name="solve", role="math_solver", duty="Solve.", capacity="large", depends_on=("plan", "facts")),
-    Agent(name="alt", role="math_solver", duty="Solve another way.", capacity="medium", depends_on=("facts",)),
-    Agent(name="check", role="critic", duty="Check both.", capacity="medium", depends_on=("solve", "alt")),
-    Agent(name="final", role="final_decision_maker", duty="Decide.", capacity="large", depends_on=("check", "plan")),
-), output="final")
 
 
 async def test_independent_agents_run_concurrently() -> None:

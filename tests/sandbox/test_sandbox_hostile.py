@@ -130,8 +130,10 @@ raise SystemExit("REPORT " + repr((rc, len(alive))))
     assert _report(code) == (0, 1)  # the detached sleeper existed inside
 
 
-def test_fork_bomb_is_bounded_and_leaves_nothing(marker: str) -> None:
-    code = RESTORE_POSIX + f"""
+def _fork_bomb(marker: str) -> str:
+    """Sandboxed code (after RESTORE_POSIX) that starts sleepers named `marker` until a fork fails or 200 run;
+    `forks` counts them, for the REPORT line that follows."""
+    return f"""
 forks = 0
 try:
     while forks < 200:
@@ -140,8 +142,11 @@ try:
         forks += 1
 except OSError:
     pass
-raise SystemExit("REPORT " + repr(forks))
 """
+
+
+def test_fork_bomb_is_bounded_and_leaves_nothing(marker: str) -> None:
+    code = RESTORE_POSIX + _fork_bomb(marker) + 'raise SystemExit("REPORT " + repr(forks))\n'
     assert 0 < _report(code) < DEFAULT_MAX_TASKS
 
 
@@ -343,18 +348,8 @@ def world_readable_src() -> Iterator[Path]:
 
 def test_unprivileged_mode_bounds_forks_and_leaves_nothing(marker: str, world_readable_src: Path) -> None:
     """Not root: bwrap maps the caller into a user namespace. Run as root, the test becomes nobody first."""
-    code = RESTORE_POSIX + f"""
-import os
-forks = 0
-try:
-    while forks < 200:
-        if posix.fork() == 0:
-            posix.execv('/bin/sleep', ['sleep', '{marker}'])
-        forks += 1
-except OSError:
-    pass
-raise SystemExit("REPORT " + repr((forks, os.getuid(), os.path.exists('/etc'))))
-"""
+    code = (RESTORE_POSIX + "\nimport os" + _fork_bomb(marker)
+            + """raise SystemExit("REPORT " + repr((forks, os.getuid(), os.path.exists('/etc'))))\n""")
     prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(world_readable_src)}
     done = subprocess.run([*prefix, _python_for_nobody(), "-c", HARNESS], input=code, capture_output=True,

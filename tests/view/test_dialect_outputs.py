@@ -10,15 +10,13 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from lemon.evaluation.report import build_report
 from lemon.evaluation.store import ResultsStore
-from tests.llm.servers import free_port
+from tests.llm.servers import QuietHandler, root_url, serving
 
 from .conftest import Stored, json_out, lemon
 
@@ -46,7 +44,9 @@ def test_out_is_a_folder_and_file_a_file(stored: Stored, tmp_path: Path, _isolat
     assert (tmp_path / "f.html").is_file()
 
 
-class _HeaderReceiver(BaseHTTPRequestHandler):
+class _HeaderReceiver(QuietHandler):
+    protocol_version = "HTTP/1.0"  # its replies have no Content-Length: closing the connection ends them
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.server.seen.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
@@ -54,22 +54,13 @@ class _HeaderReceiver(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/x-protobuf")
         self.end_headers()
 
-    def log_message(self, *args: object) -> None:
-        return None
-
 
 @contextmanager
 def _langfuse_like() -> Iterator[tuple[str, list[str | None]]]:
     """An OTLP/HTTP endpoint that, like Langfuse's, answers 401 without the right Authorization header."""
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), _HeaderReceiver)
-    server.seen = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/api/public/otel/v1/traces", server.seen  # type: ignore[attr-defined]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_HeaderReceiver) as server:
+        server.seen = []  # type: ignore[attr-defined]
+        yield f"{root_url(server)}/api/public/otel/v1/traces", server.seen  # type: ignore[attr-defined]
 
 
 def test_export_otel_sends_auth_headers_and_writes_a_file(stored: Stored, tmp_path: Path,

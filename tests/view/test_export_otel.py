@@ -5,10 +5,8 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from openinference.semconv.trace import OpenInferenceSpanKindValues as Kind
@@ -20,7 +18,7 @@ from lemon.evaluation.store import ItemRow, ResultsStore
 from lemon.inspection.export_otel import ROOT_NODE, build_spans, finish_reason
 from lemon.inspection.itemview import agent_records
 from lemon.inspection.tracefile import trace_store
-from tests.llm.servers import free_port
+from tests.llm.servers import QuietHandler, free_port, root_url, serving
 
 from .conftest import Stored, assert_one_line_error, lemon
 from .test_honest_items import _run, _team, _voters
@@ -57,7 +55,8 @@ def test_spans_follow_the_genai_conventions(stored: Stored) -> None:
         assert c.start_time <= c.end_time
 
 
-class _Receiver(BaseHTTPRequestHandler):
+class _Receiver(QuietHandler):
+    protocol_version = "HTTP/1.0"  # its replies have no Content-Length: closing the connection ends them
     requests: list[ExportTraceServiceRequest]
 
     def do_POST(self) -> None:
@@ -76,23 +75,14 @@ class _Receiver(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(b"")
 
-    def log_message(self, *args: object) -> None:
-        return None
-
 
 @contextmanager
 def otlp_receiver(path: str = "/v1/traces") -> Iterator[tuple[str, list[ExportTraceServiceRequest]]]:
     """A real OTLP/HTTP receiver on 127.0.0.1 that takes traces at `path` only (404 elsewhere)."""
-    server = ThreadingHTTPServer(("127.0.0.1", free_port()), _Receiver)
-    server.received = []  # type: ignore[attr-defined]
-    server.path = path  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", server.received  # type: ignore[attr-defined]
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Receiver) as server:
+        server.received = []  # type: ignore[attr-defined]
+        server.path = path  # type: ignore[attr-defined]
+        yield root_url(server), server.received  # type: ignore[attr-defined]
 
 
 def test_cli_sends_to_a_real_otlp_http_receiver(stored: Stored, _isolated_home: Path) -> None:

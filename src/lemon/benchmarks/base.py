@@ -23,6 +23,7 @@ from typing import Literal, Protocol
 from lemon.errors import LemonError
 from lemon.orchestrator.kinds import answer_kind
 from lemon.paths import data_dir as resolve_data_dir
+from lemon.spec.forward import Forward
 
 log = logging.getLogger(__name__)
 
@@ -168,13 +169,8 @@ class DataBenchmark:
             if name not in self.splits:
                 raise LemonError(f"benchmark {self.name}: split {name!r} is not one of its splits")
 
-    @property
-    def kind(self) -> Kind:
-        return self.answers.name
-
-    @property
-    def sandboxed(self) -> bool:
-        return self.answers.sandboxed
+    kind = Forward[Kind]("answers.name")
+    sandboxed = Forward[bool]("answers.sandboxed")
 
     def load_source(self, source: str, data_dir: DataDir = None) -> list[Item]:
         """All items of one upstream file (or MMLU folder), in file order."""

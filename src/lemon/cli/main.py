@@ -7,10 +7,15 @@ stderr and exit code 2; a traceback means a bug in LEMON, not in the user's inpu
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import sys
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.logging import RichHandler
@@ -70,13 +75,6 @@ def _configure(
     )
 
 
-BudgetOpt = Annotated[int | None, typer.Option(help="Cap on the run's tokens: orchestrator and workers.")]
-TimeoutOpt = Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")]
-TraceOutOpt = Annotated[Path | None, opt("out", help="Folder for the trace JSON (default LEMON_HOME/runs).")]
-RunJsonOpt = Annotated[bool, opt("as_json", help="Print one JSON object (answer, output, tokens, trace path) on "
-                                                  "stdout; the spec and progress go to stderr.")]
-
-
 def _check_run_options(max_tokens: int, budget_tokens: int | None, timeout: float | None,
                        temperature: float) -> None:
     """Usage errors for values a backend would read as "unlimited" (0, -1) or that cannot be met."""
@@ -87,22 +85,62 @@ def _check_run_options(max_tokens: int, budget_tokens: int | None, timeout: floa
     check_timeout("--timeout", timeout)
 
 
-def _run_options(pool: str, endpoint: tuple[str | None, str | None, str | None], seed: int, temperature: float,
-                 max_tokens: int, budget_tokens: int | None, timeout: float | None, no_cache: bool, out: Path | None,
-                 as_json: bool, threads: int | None) -> RunOptions:
+@dataclass(frozen=True)
+class RunFlags:
+    """The worker, budget, trace and output flags `run` and `exec` share, declared once: `with_run_flags`
+    turns each field into the same command-line option of both commands."""
+
+    temperature: TemperatureOpt = DEFAULT_TEMPERATURE
+    max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS
+    budget_tokens: Annotated[int | None, typer.Option(help="Cap on the run's tokens: orchestrator and workers.")] = None
+    timeout: Annotated[float | None, typer.Option(help="Per-call timeout in seconds.")] = None
+    seed: SeedOpt = 0
+    out: Annotated[Path | None, opt("out", help="Folder for the trace JSON (default LEMON_HOME/runs).")] = None
+    no_cache: NoCacheOpt = False
+    model: ModelOpt = None
+    base_url: BaseUrlOpt = None
+    api_key_env: ApiKeyEnvOpt = None
+    as_json: Annotated[bool, opt("as_json", help="Print one JSON object (answer, output, tokens, trace path) on "
+                                                 "stdout; the spec and progress go to stderr.")] = False
+    threads: MaybeThreadsOpt = None
+
+
+def with_run_flags(fn: Callable[..., None]) -> Callable[..., None]:
+    """`fn` (whose last parameter is `flags: RunFlags`) as a command with one option per `RunFlags` field in
+    place of `flags`, after its own arguments and options; the given values reach `fn` as one `RunFlags`."""
+    shared = [f.name for f in fields(RunFlags)]
+
+    @functools.wraps(fn)
+    def command(**kwargs: Any) -> None:
+        flags = RunFlags(**{name: kwargs.pop(name) for name in shared})
+        fn(**kwargs, flags=flags)
+
+    hints = typing.get_type_hints(RunFlags, include_extras=True)
+    own = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+           for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name != "flags"]
+    options = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name])
+               for f in fields(RunFlags)]
+    command.__signature__ = inspect.Signature([*own, *options])  # type: ignore[attr-defined]
+    command.__annotations__ = {}
+    return command
+
+
+def _run_options(pool: str, flags: RunFlags) -> RunOptions:
     """What `run` and `exec` share, checked with the flags' names (the API checks them again, by its
     arguments' names); `--threads` applied; the pool `--model/--base-url` name, if given."""
     from lemon.api.session import RunSettings
     from lemon.cli.session import RunOptions, endpoint_pool
 
-    _check_run_options(max_tokens, budget_tokens, timeout, temperature)
-    apply_threads(threads)
-    settings = RunSettings(seed=seed, temperature=temperature, max_tokens=max_tokens, budget_tokens=budget_tokens,
-                           timeout=timeout, cache=not no_cache)
-    return RunOptions(endpoint_pool(pool, *endpoint), settings, out, as_json=as_json)
+    _check_run_options(flags.max_tokens, flags.budget_tokens, flags.timeout, flags.temperature)
+    apply_threads(flags.threads)
+    settings = RunSettings(seed=flags.seed, temperature=flags.temperature, max_tokens=flags.max_tokens,
+                           budget_tokens=flags.budget_tokens, timeout=flags.timeout, cache=not flags.no_cache)
+    return RunOptions(endpoint_pool(pool, flags.model, flags.base_url, flags.api_key_env), settings, flags.out,
+                      as_json=flags.as_json)
 
 
 @app.command()
+@with_run_flags
 def run(
     task: Annotated[str, typer.Argument(help="The task, e.g. a GSM8K-style question.")],
     pool: PoolOpt = DEFAULT_POOL,
@@ -113,54 +151,33 @@ def run(
     ] = "template",
     level: Annotated[str | None, typer.Option(help="Pool level that writes the spec (only with --orchestrator "
                                                     "prompted; default: the strongest).")] = None,
-    temperature: TemperatureOpt = DEFAULT_TEMPERATURE,
-    max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS,
-    budget_tokens: BudgetOpt = None,
-    timeout: TimeoutOpt = None,
-    seed: SeedOpt = 0,
-    out: TraceOutOpt = None,
-    no_cache: NoCacheOpt = False,
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key_env: ApiKeyEnvOpt = None,
-    as_json: RunJsonOpt = False,
-    threads: MaybeThreadsOpt = None,
+    *,
+    flags: RunFlags,
 ) -> None:
     """Orchestrate TASK into a spec, execute it, and show the answer, the spec and tokens per agent."""
     from lemon.cli.session import run_task
 
     check_task(task)
-    opts = _run_options(pool, (model, base_url, api_key_env), seed, temperature, max_tokens, budget_tokens,
-                        timeout, no_cache, out, as_json, threads)
-    console = consoles().err if as_json else consoles().out
+    opts = _run_options(pool, flags)
+    console = consoles().err if flags.as_json else consoles().out
     asyncio.run(run_task(console, task, opts, orchestrator=orchestrator, level=level))
 
 
 @app.command("exec")
+@with_run_flags
 def exec_(
     spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
     task: Annotated[str, typer.Argument(help="The task text.")],
     pool: PoolOpt = DEFAULT_POOL,
-    temperature: TemperatureOpt = DEFAULT_TEMPERATURE,
-    max_tokens: MaxTokensOpt = DEFAULT_MAX_TOKENS,
-    budget_tokens: BudgetOpt = None,
-    timeout: TimeoutOpt = None,
-    seed: SeedOpt = 0,
-    out: TraceOutOpt = None,
-    no_cache: NoCacheOpt = False,
-    model: ModelOpt = None,
-    base_url: BaseUrlOpt = None,
-    api_key_env: ApiKeyEnvOpt = None,
-    as_json: RunJsonOpt = False,
-    threads: MaybeThreadsOpt = None,
+    *,
+    flags: RunFlags,
 ) -> None:
     """Execute an existing SPEC on TASK."""
     from lemon.cli.session import exec_spec
 
     check_task(task)
-    opts = _run_options(pool, (model, base_url, api_key_env), seed, temperature, max_tokens, budget_tokens,
-                        timeout, no_cache, out, as_json, threads)
-    asyncio.run(exec_spec(consoles().err if as_json else consoles().out, spec, task, opts))
+    opts = _run_options(pool, flags)
+    asyncio.run(exec_spec(consoles().err if flags.as_json else consoles().out, spec, task, opts))
 
 
 @app.command()

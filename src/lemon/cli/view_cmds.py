@@ -35,6 +35,10 @@ from lemon.errors import LemonError
 from lemon.evaluation.methods import shown_level
 from lemon.inspection.tracefile import open_source
 
+#: What `trace` and `export` read: a stored run or a `lemon run` trace.
+RunOrTraceArg = Annotated[str, typer.Argument(help="Run id (or a unique prefix) of the store, or a trace file or "
+                                                    "trace id that `lemon run` printed.")]
+
 
 def _store_path(store: Path | None) -> Path:
     from lemon.evaluation.store import default_store_path
@@ -46,8 +50,7 @@ def _store_path(store: Path | None) -> Path:
 
 
 def trace_cmd(
-    run_id: Annotated[str, typer.Argument(help="Run id (or a unique prefix) of the store, or a trace file or trace "
-                                               "id that `lemon run` printed.")],
+    run_id: RunOrTraceArg,
     item_id: Annotated[str | None, typer.Argument(help="Item id, e.g. multiarith/12 (or 12); omit to list the "
                                                         "run's items (a trace file has one, shown at once).")] = None,
     seed: Annotated[int, opt("seed", help="Seed of the replicate.")] = 0,
@@ -420,10 +423,6 @@ def _store_html(target: str | None, store: Path | None, item: str | None, seed: 
 
 export_app = LemonTyper(help="Export stored runs: OpenTelemetry (OTLP/HTTP), an Inspect eval log, or a CSV table.",
                          no_args_is_help=True)
-
-
-RunOrTraceArg = Annotated[str, typer.Argument(help="Run id (or a unique prefix) of the store, or a trace file or "
-                                                    "trace id that `lemon run` printed.")]
 
 
 @export_app.command("otel")

@@ -39,6 +39,7 @@ from lemon.runtime.node_cache import NodeCache, NodeOutput
 from lemon.runtime.stop_rules import RunStopView, SureGate
 from lemon.runtime.trace import AgentTokens, StopDecision, Trace, TraceEvent
 from lemon.seeds import stable_seed
+from lemon.spec.forward import Forward
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.render import render_stop
 from lemon.spec.roles import RoleLibrary
@@ -284,13 +285,8 @@ class _Run:
     def __post_init__(self) -> None:
         self.trace = Trace(task_id=self.task_id, task=self.task)
 
-    @property
-    def pool(self) -> Pool:
-        return self.ex.pool
-
-    @property
-    def roles(self) -> RoleLibrary:
-        return self.ex.roles
+    pool = Forward[Pool]("ex.pool")
+    roles = Forward[RoleLibrary]("ex.roles")
 
     def _emit(self, type_: str, agent: str, **extra: object) -> TraceEvent:
         ev = self.trace.event(type_, agent, **extra)

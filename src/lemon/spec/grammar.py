@@ -14,7 +14,7 @@ graph is sound (parents that exist, no cycle, one output) is still `validate_spe
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -103,18 +103,30 @@ def _class(node: Chars, char: Any) -> str:
     return f"[{'^' if node.negated else ''}{body}]"
 
 
-def _gbnf(node: Node) -> str:
+@dataclass(frozen=True)
+class _Notation:
+    """How one notation writes each kind of node; `_write` walks the tree once for all of them."""
+
+    lit: Callable[[str], str]
+    chars: Callable[[Chars], str]
+    ref: Callable[[str], str]
+    sep: str  # between a sequence's items
+    group: str  # what opens a group (an alternation, a repeated item); ")" closes it
+    bar: str  # between alternatives
+
+
+def _write(node: Node, notation: _Notation) -> str:
     if isinstance(node, Lit):
-        return '"' + "".join(_gbnf_char(ord(c), False) for c in node.text) + '"'
+        return notation.lit(node.text)
     if isinstance(node, Chars):
-        return _class(node, lambda c: _gbnf_char(c, True))
+        return notation.chars(node)
     if isinstance(node, Seq):
-        return " ".join(_gbnf(i) for i in node.items)
+        return notation.sep.join(_write(i, notation) for i in node.items)
     if isinstance(node, Alt):
-        return "(" + " | ".join(_gbnf(o) for o in node.options) + ")"
+        return notation.group + notation.bar.join(_write(o, notation) for o in node.options) + ")"
     if isinstance(node, Rep):
-        return f"({_gbnf(node.item)}){_count(node)}"
-    return node.name.replace("_", "-")
+        return f"{notation.group}{_write(node.item, notation)}){_count(node)}"
+    return notation.ref(node.name)
 
 
 def _count(node: Rep) -> str:
@@ -127,32 +139,30 @@ def _lark_text(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def _regex(node: Node, rules: dict[str, Node]) -> str:
-    if isinstance(node, Lit):
-        return "".join(_regex_char(ord(c)) for c in node.text)
-    if isinstance(node, Chars):
-        return _class(node, _regex_char)
-    if isinstance(node, Seq):
-        return "".join(_regex(i, rules) for i in node.items)
-    if isinstance(node, Alt):
-        return "(?:" + "|".join(_regex(o, rules) for o in node.options) + ")"
-    if isinstance(node, Rep):
-        return f"(?:{_regex(node.item, rules)}){_count(node)}"
-    return _regex(rules[node.name], rules)
+def _regex_class(node: Chars) -> str:
+    return _class(node, _regex_char)
 
 
-def _lark(node: Node, terminals: frozenset[str]) -> str:
-    if isinstance(node, Lit):
-        return _lark_text(node.text)
-    if isinstance(node, Chars):
-        return f"/{_class(node, _regex_char)}/"
-    if isinstance(node, Seq):
-        return " ".join(_lark(i, terminals) for i in node.items)
-    if isinstance(node, Alt):
-        return "(" + " | ".join(_lark(o, terminals) for o in node.options) + ")"
-    if isinstance(node, Rep):
-        return f"({_lark(node.item, terminals)}){_count(node)}"
-    return node.name.upper() if node.name in terminals else node.name
+#: llama.cpp's GBNF: a rule's name with `-` for `_`.
+_GBNF = _Notation(lit=lambda text: '"' + "".join(_gbnf_char(ord(c), False) for c in text) + '"',
+                  chars=lambda node: _class(node, lambda c: _gbnf_char(c, True)),
+                  ref=lambda name: name.replace("_", "-"), sep=" ", group="(", bar=" | ")
+
+
+def _regex_notation(rules: dict[str, Node]) -> _Notation:
+    """One regular expression (Lark's terminal): a reference is the rule it names, written in place."""
+    def ref(name: str) -> str:
+        return _write(rules[name], notation)
+
+    notation = _Notation(lit=lambda text: "".join(_regex_char(ord(c)) for c in text), chars=_regex_class, ref=ref,
+                         sep="", group="(?:", bar="|")
+    return notation
+
+
+def _lark_notation(terminals: frozenset[str]) -> _Notation:
+    """llguidance's Lark: a terminal's name in capitals."""
+    return _Notation(lit=_lark_text, chars=lambda node: f"/{_regex_class(node)}/",
+                     ref=lambda name: name.upper() if name in terminals else name, sep=" ", group="(", bar=" | ")
 
 
 @dataclass(frozen=True)
@@ -168,18 +178,19 @@ class Grammar:
         """llama.cpp's GBNF (`llama_cpp.LlamaGrammar.from_string`), the start rule named `root`."""
         names = list(self.rules)
         lines = [f"root ::= {names[0].replace('_', '-')}"]
-        lines += [f"{n.replace('_', '-')} ::= {_gbnf(node)}" for n, node in self.rules.items()]
+        lines += [f"{n.replace('_', '-')} ::= {_write(node, _GBNF)}" for n, node in self.rules.items()]
         return "\n".join(lines) + "\n"
 
     def lark(self) -> str:
         """llguidance's Lark (`llguidance.grammar_from("lark", ...)`), the start rule named `start`."""
         names = list(self.rules)
         lines = [f"start: {names[0]}"]
+        regex, lark = _regex_notation(self.rules), _lark_notation(self.terminals)
         for n, node in self.rules.items():
             if n in self.terminals:
-                lines.append(f"{n.upper()}: /{_regex(node, self.rules)}/")
+                lines.append(f"{n.upper()}: /{_write(node, regex)}/")
             else:
-                lines.append(f"{n}: {_lark(node, self.terminals)}")
+                lines.append(f"{n}: {_write(node, lark)}")
         return "\n".join(lines) + "\n"
 
 

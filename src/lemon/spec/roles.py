@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 
 from lemon.errors import ConfigError
+from lemon.spec.forward import Forward
 from lemon.yamlfile import load_yaml
 
 
@@ -48,17 +49,9 @@ class Role:
         """The role's kind as an object (`RoleKind`)."""
         return ROLE_KINDS[self.kind]
 
-    @property
-    def votes(self) -> bool:
-        return self.behaviour.votes
-
-    @property
-    def calls_model(self) -> bool:
-        return self.behaviour.calls_model
-
-    @property
-    def runs_program(self) -> bool:
-        return self.behaviour.runs_program
+    votes = Forward[bool]("behaviour.votes")
+    calls_model = Forward[bool]("behaviour.calls_model")
+    runs_program = Forward[bool]("behaviour.runs_program")
 
 
 class RoleLibrary:
