@@ -1,5 +1,5 @@
 """The package's shape, checked from the source with `ast` (nothing is imported, so a cycle cannot hide behind a lazy
-import): imports flow one way, spec -> llm -> runtime -> orchestrator -> sandbox -> benchmarks -> evaluation ->
+import): imports flow one way, spec -> llm -> sandbox -> runtime -> orchestrator -> benchmarks -> evaluation ->
 train -> inspection -> api, cli on top (the package root re-exports the api layer: its public face), with no
 cycle between modules; no function is longer than 60 lines; the evaluation's unit of work has no `Any`."""
 
