@@ -501,7 +501,7 @@ def _sections(store: ResultsStore, runs: Sequence[RunInfo], sources: Mapping[str
     sections: dict[str, list[str]] = defaultdict(list)
     for bench in sorted({r.benchmark for r in runs}):
         sections[bench] += spec_sources_lines([r for r in runs if r.benchmark == bench], sources)
-    for run in adaptive_runs(store, runs, method_names()):
+    for run in adaptive_runs(store, runs):
         sections[run.benchmark] += teams_lines(store, run, sources[run.run_id])
     if replies:
         for bench, lines in replies_lines(store, runs, data_dir).items():
@@ -535,8 +535,7 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
     runs = sorted(store.runs(), key=lambda r: (r.benchmark, order.get(r.method, len(order)), r.method, r.pool,
                                                r.level, r.created))
     rows = {r.run_id: store.items(r.run_id) for r in runs}
-    fixed = set(method_names())
-    sources = {r.run_id: store.spec_sources(r.run_id) for r in runs if r.method not in fixed}  # read once
+    sources = {r.run_id: store.spec_sources(r.run_id) for r in runs if not uses_level(r.method)}  # read once
     stats = tuple(run_stats(r, rows[r.run_id], sources.get(r.run_id)) for r in runs)
 
     def pair(a: RunStats, b: RunStats) -> PairedResult:
