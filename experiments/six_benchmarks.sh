@@ -109,9 +109,13 @@ if wants topologies; then
   done
 fi
 if wants report; then  # paired tests against the best fixed baseline of each benchmark (any level for orchestrators),
-  # and where each multi-agent team lost its answer (--replies)
+  # the headline's tests pooled over the benchmarks (docs/results.md: each row against the best, and the default
+  # against a rule of one team per answer kind, written out and the most accurate one), and where each
+  # multi-agent team lost its answer (--replies)
   compare=(--compare "vanilla,best" --compare "template,best")
-  for policy in $trained; do compare+=(--compare "trained:$policy,best"); done
+  for row in vanilla cot sc-cot template; do compare+=(--pooled "$row,best"); done
+  compare+=(--pooled "template,number=esc/choice=esc/code=exsc" --pooled "template,kinds")
+  for policy in $trained; do compare+=(--compare "trained:$policy,best" --pooled "trained:$policy,best"); done
   # the terminal gets tables fitted to its width; the Markdown (every row, for docs/results.md) goes to a file
   lemon report --store "$store" --replies "${compare[@]}" --file "${store%.sqlite}-report.md"
 fi

@@ -1,7 +1,7 @@
-"""Kinds are objects registered once (issue 53): a new answer kind, role kind, stop criterion and edit family,
-each defined and registered in this test only, work end to end through the real code that uses them (the
-executor on the scripted test double, the spec's parser, renderer and edits, the baselines, the trainer's
-ablation), with no other change to LEMON."""
+"""Kinds are objects registered once (issue 53): a new answer kind, role kind, stop criterion, edit family and
+baseline, each defined and registered in this test only, work end to end through the real code that uses them
+(the executor on the scripted test double, the spec's parser, renderer and edits, the baselines, the evaluation
+harness and its store, the trainer's ablation), with no other change to LEMON."""
 
 from __future__ import annotations
 
@@ -15,7 +15,12 @@ from typing import Annotated, Any
 import pytest
 from pydantic import Field
 
-from lemon.evaluation.baselines import baseline_spec, supports
+from lemon.errors import LemonError
+from lemon.evaluation import baselines
+from lemon.evaluation.baselines import BaselineKind, baseline_spec, supports
+from lemon.evaluation.baselines.votes import stopping_vote
+from lemon.evaluation.methods import method_help, method_names, resolve_method, run_label, uses_level
+from lemon.evaluation.store import ResultsStore
 from lemon.inspection.tracefile import extracted_answer, vote_key
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.scripted import ScriptedBackend
@@ -24,7 +29,7 @@ from lemon.runtime import Executor
 from lemon.spec import edits, roles
 from lemon.spec.edits import draw_edit, family
 from lemon.spec.edits.stop import StopFamily, stop_variants
-from lemon.spec.model import StopRule
+from lemon.spec.model import Spec, StopRule
 from lemon.spec.parse import parse_spec
 from lemon.spec.render import FieldRef, render_spec
 from lemon.spec.roles import RoleKind, RoleLibrary
@@ -32,6 +37,7 @@ from lemon.spec.stops import StopCriterion, answer_counts
 from lemon.spec.stops import registered as criterion_registered
 from lemon.spec.validate import load_spec, validate_spec
 from lemon.train.rollout import Ablation
+from tests.evalcall import evaluate_kw
 from tests.pools import LEVELS, scripted_pool
 
 ROLES = RoleLibrary.load()
@@ -164,3 +170,36 @@ def test_the_ablation_turns_off_a_new_family_by_the_field_it_edits(monkeypatch: 
     assert Ablation(fixed_roles=True).families(names) == ("edge", "capacity", "level", "stop")
     assert Ablation(fixed_capacity="large").families(names) == ("edge", "role", "stop", "shout")
     assert Ablation(fixed_structure="chain").families(names) == ("role", "capacity", "level", "stop", "shout")
+
+
+def _agree_3(kind: AnswerKind, level: str, n: int, seed: int) -> Spec:
+    return stopping_vote(kind, level, n, StopRule(agree=3))
+
+
+#: A toy baseline: sc-cot's voters, whose vote stops once 3 agree (registered in this test only).
+AGREE_3 = BaselineKind("agree-3", "sc-cot's vote that stops once 3 voters agree", _agree_3, default_n=5, most_n=11)
+
+
+async def test_a_new_baseline_is_a_method_evaluated_end_to_end(tmp_path: Path, data_dir: Path) -> None:
+    """One `BaselineKind` registered: it is a `--method` value, listed and resolved, evaluated by the harness
+    into the store (its vote stops after the 3 agreeing voters), a fixed baseline for the report, and gone after."""
+    pool = scripted_pool(ScriptedBackend("m", responder=lambda r: "So the answer is 7."), concurrency=1)
+    with baselines.registered(AGREE_3):
+        assert "agree-3" in baselines.method_names() and "agree-3" in method_names()
+        assert "agree-3" in method_help() and uses_level("agree-3") and run_label("agree-3", "small") == "agree-3@small"
+        assert supports("agree-3", "code") and baseline_spec("agree-3", "number", level="small", n=4).agents[-1].stop
+        with pytest.raises(LemonError, match="n must be in"):
+            baseline_spec("agree-3", "number", level="small", n=12)
+        with pytest.raises(LemonError, match="registered already"):
+            baselines.register(AGREE_3)
+        summary = await evaluate_kw("multiarith", "agree-3", limit=2, seeds=1, pool="scripted", level="small",
+                                    store=tmp_path / "r.sqlite", data_dir=data_dir, pool_factory=lambda: pool)
+    assert summary.computed == 2
+    with ResultsStore(tmp_path / "r.sqlite") as db:
+        (run,) = db.runs()
+        rows = db.items(run.run_id)
+    assert run.method == "agree-3" and len(rows) == 2
+    assert all(sorted(r.tokens) == ["cot_1", "cot_2", "cot_3", "vote"] and r.prediction == "7" for r in rows)
+    assert "agree-3" not in method_names()  # registered in this test only
+    with pytest.raises(LemonError, match="unknown method 'agree-3'"):
+        resolve_method("agree-3")

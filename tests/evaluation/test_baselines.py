@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lemon.errors import LemonError
+from lemon.evaluation import baselines
 from lemon.evaluation.baselines import COT_DUTY, baseline_spec, method_names, supports
 from lemon.orchestrator.kinds import answer_kind
 from lemon.spec.roles import RoleLibrary
@@ -93,6 +94,29 @@ def test_bad_names_are_one_line_errors() -> None:
         baseline_spec("cot", "essay", level="small")
     with pytest.raises(LemonError, match="n must be"):
         baseline_spec("sc-cot", "number", level="small", n=1)
+
+
+@pytest.mark.parametrize("method", ["sc-pot", "pot-esc", "mixed-esc", "cross-check"])
+def test_a_program_team_larger_than_the_bank_is_one_line(method: str) -> None:
+    """Their voters are written orders of at most the bank's 5 (`voter_team`): 6 was a ValueError's traceback."""
+    with pytest.raises(LemonError, match=r"n must be in \[\d, 5\], got 6"):
+        baseline_spec(method, "number", level="small", n=6)
+
+
+@pytest.mark.parametrize("baseline", baselines.baselines(), ids=lambda b: b.name)
+def test_what_a_baseline_says_of_itself_is_what_its_spec_does(baseline: baselines.BaselineKind,
+                                                              roles: RoleLibrary) -> None:
+    """The registry's facts (program voters, reply scores, the task's examples) are read off the spec it builds,
+    and the package's docstring describes it."""
+    kind = "number" if baseline.applies_to(answer_kind("number")) else "code"
+    spec = baseline_spec(baseline.name, kind, level="large")
+    rules = [a.stop for a in spec.agents if a.stop is not None]
+    assert baseline.program_voters == any(roles[a.role].runs_program for a in spec.agents)
+    assert baseline.scores_replies == any(r.logprob is not None or r.posterior is not None for r in rules)
+    assert baseline.runs_examples == any(r.examples for r in rules)
+    least, most = (baseline_spec(baseline.name, kind, level="large", n=n) for n in (baseline.least_n, baseline.most_n))
+    assert (baseline.default_n is None) == (least == most)  # a fixed shape ignores n
+    assert f"`{baseline.name}`" in (baselines.__doc__ or "") and baseline.description
 
 
 @pytest.mark.parametrize(("method", "rule"), [("esc", "{agree: 2}"), ("asc", "{confidence: 0.95}"),

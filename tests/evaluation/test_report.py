@@ -41,8 +41,8 @@ def _row(item: str, seed: int, correct: bool, tokens: int = 10) -> ItemRow:
 
 
 def _fill(store: ResultsStore, run_id: str, method: str, table: dict[tuple[str, int], bool], seeds: int,
-          tokens: int, benchmark: str = "gsm8k", level: str = "medium") -> None:
-    store.ensure_run(run_id, benchmark=benchmark, split="test", method=method, pool="tiny", level=level,
+          tokens: int, benchmark: str = "gsm8k", level: str = "medium", pool: str = "tiny") -> None:
+    store.ensure_run(run_id, benchmark=benchmark, split="test", method=method, pool=pool, level=level,
                      seeds=seeds, n_items=len({i for i, _ in table}), config={"temperature": 0.7})
     for (item, seed), ok in table.items():
         store.put(run_id, _row(item, seed, ok, tokens))
@@ -286,6 +286,26 @@ def test_the_cross_benchmark_table_pairs_every_cell_with_its_columns_best_fixed_
     assert f"| vanilla@medium | 0/4, p = {mcnemar_exact(0, 4):.2g} | 0/0, p = 1 (3 pairs) |" in paired
     assert "| template | 1/0, p = 1 | – |" in paired
     assert "| cot@medium | – | **best** |" in paired
+
+
+def test_a_cell_that_shares_no_pair_with_its_columns_best_is_not_comparable(tmp_path: Path) -> None:
+    """Issue 55: the trained policies' HumanEval cells read "0/0, p = 1" against exsc, 83.3 % against 93.3 %.
+    A paired count is over the same (item, seed) of the two runs it names: a run on other items (another
+    store's ids) or on another pool has none to count, and says so instead of a count of nothing."""
+    with ResultsStore(tmp_path / "r.sqlite") as store:
+        items = [str(i) for i in range(6)]
+        _fill(store, "best", "exsc", {(i, s): k < 5 for k, i in enumerate(items) for s in (0, 1)}, 2, 50)
+        _fill(store, "pol", "trained:p", {(f"x{i}", s): k < 4 for k, i in enumerate(items) for s in (0, 1)}, 2, 60)
+        _fill(store, "other", "cot", {(i, s): k < 2 for k, i in enumerate(items) for s in (0, 1)}, 2, 20,
+              pool="cpu")
+        _fill(store, "tmpl0001", "template", {(i, s): k < 5 for k, i in enumerate(items) for s in (0, 1)}, 2, 40)
+        _fill(store, "s1", "cot", {(i, 0): True for i in items}, 1, 50, benchmark="svamp")
+        markdown = build_report(store).markdown
+    paired = markdown[markdown.index("### Paired with the best"):markdown.index("\n## gsm8k")]
+    assert "| best fixed baseline | exsc@medium | cot@medium |" in paired
+    assert "| trained:p | not comparable (no shared (item, seed) pairs) | – |" in paired
+    assert "| cot@medium | not comparable (pool cpu, not tiny) | **best** |" in paired
+    assert "| template | 0/0, p = 1 | – |" in paired  # shared pairs, none discordant: a real 0/0
 
 
 def test_a_cell_whose_workers_had_another_reply_limit_says_so(tmp_path: Path) -> None:

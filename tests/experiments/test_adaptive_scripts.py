@@ -101,6 +101,8 @@ def test_the_six_benchmark_table_runs_every_method_and_reports(tmp_path: Path, d
     report = (tmp_path / "t-report.md").read_text()  # the Markdown of the report, beside the store
     assert "| template | test | 2 | 1 |" in report  # complete: every item once, whichever process ran it
     assert "### Where the answer was lost (multiarith" in report  # --replies: each agent's reply graded alone
+    # the headline's pooled tests (docs/results.md), the per-kind rule among them
+    assert "### Pooled over the benchmarks: template against number=esc/choice=esc/code=exsc" in report
 
 
 def test_the_tables_parts_run_alone_and_a_bad_part_is_one_line(tmp_path: Path, data_dir: Path) -> None:

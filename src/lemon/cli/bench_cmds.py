@@ -41,6 +41,10 @@ from lemon.evaluation.methods import method_help, shown_level
 _METHOD_HELP = method_help()
 _COMPARE_HELP = ("Paired exact McNemar test of two methods (or run ids), e.g. --compare cot,sc-cot; repeat it "
                  "for more pairs. `--compare template,best` pairs the template with the most accurate fixed baseline.")
+_POOLED_HELP = ("Paired exact McNemar test of two rows pooled over the benchmarks, e.g. --pooled template,best; "
+                "repeat it for more. A row is a method (template, esc@large), best (each benchmark's best fixed "
+                "baseline), kinds (the most accurate fixed baseline per answer kind) or a per-kind rule such as "
+                "number=esc/choice=esc/code=exsc.")
 _REPLIES_HELP = ("Also show, per benchmark, where each multi-agent run lost its answer: every agent's reply graded "
                  "alone (reads the benchmark's items, --data-dir).")
 
@@ -182,6 +186,7 @@ def report_cmd(
     file: Annotated[Path | None, opt("file", help="Write the markdown to this file, e.g. docs/results.md.")] = None,
     plot: Annotated[Path | None, typer.Option(help="Write accuracy-vs-tokens PNG, e.g. docs/x.png.")] = None,
     compare: Annotated[list[str] | None, typer.Option(help=_COMPARE_HELP)] = None,
+    pooled: Annotated[list[str] | None, typer.Option(help=_POOLED_HELP)] = None,
     replies: Annotated[bool, typer.Option(help=_REPLIES_HELP)] = False,
     data_dir: DataDirOpt = None,
     as_json: Annotated[bool, opt("as_json", help="Print the report as one JSON object on stdout: each run's "
@@ -198,13 +203,15 @@ def report_cmd(
     console = consoles().out
     path = store or default_store_path()
     pairs = [_compare_pair(value) for value in compare or ()]
+    rows = [_compare_pair(value, "--pooled") for value in pooled or ()]
     markdown = output_file(out, file, "results.md")
     if plot is None and out is not None and markdown is not None and markdown.parent == out:
         plot = out / "accuracy-vs-tokens.png"
     # grading every agent's reply runs code replies in the sandbox: a minute or more on HumanEval
     grading = consoles().err.status("grading every agent's reply...") if replies else contextlib.nullcontext()
     with open_existing_store(path) as db, grading:  # read-only: a report writes nothing into the store
-        report = build_report(db, out=markdown, plot=plot, compare=pairs, replies=replies, data_dir=data_dir)
+        report = build_report(db, out=markdown, plot=plot, compare=pairs, replies=replies, data_dir=data_dir,
+                              pooled=rows)
     written = [w for w in (markdown, report.plot_path) if w is not None]
     if as_json:
         emit_json(report_json(report, written))
@@ -234,18 +241,26 @@ def report_json(report: Any, written: list[Path]) -> dict[str, Any]:
               "method_b": c.run_b.method, "pairs": c.pairs, "a_only": c.a_only, "b_only": c.b_only,
               "both_right": c.both_right, "both_wrong": c.both_wrong, "p_value": c.p_value, "seeds": c.seeds}
              for c in report.comparisons]
+    pooled = [{"a": r.a, "b": r.b, "pairs": r.pairs, "a_only": r.a_only, "b_only": r.b_only, "p_value": r.p_value,
+               "benchmarks": [{"benchmark": p.benchmark, "run_a": p.a.run.run_id if p.a else None,
+                               "run_b": p.b.run.run_id if p.b else None, "pairs": p.pairs, "a_only": p.a_only,
+                               "b_only": p.b_only, "left_out": p.left_out or None} for p in r.parts]}
+              for r in report.pooled]
     return {"store": report.store_path, "generated_at": report.generated_at, "runs": runs, "comparisons": tests,
-            "wrote": written, "markdown": report.markdown}
+            "pooled": pooled, "wrote": written, "markdown": report.markdown}
 
 
-def _compare_pair(value: str) -> tuple[str, str]:
+#: What each option that takes `A,B` pairs, and its examples (the one line a bad value gets).
+_PAIRED = {"--compare": ("two methods or run ids", "--compare cot,sc-cot or --compare vanilla,best"),
+           "--pooled": ("two rows", "--pooled template,best or --pooled template,number=esc/choice=esc/code=exsc")}
+
+
+def _compare_pair(value: str, option: str = "--compare") -> tuple[str, str]:
     """`A,B` -> (A, B); the last comma splits, so a first method may be a path that contains one."""
     a, sep, b = value.rpartition(",")
     if not sep or not a.strip() or not b.strip():
-        from lemon.errors import LemonError
-
-        raise LemonError(f"--compare {value!r}: write two methods or run ids joined by a comma, "
-                         "e.g. --compare cot,sc-cot or --compare vanilla,best")
+        what, examples = _PAIRED[option]
+        raise LemonError(f"{option} {value!r}: write {what} joined by a comma, e.g. {examples}")
     return a.strip(), b.strip()
 
 

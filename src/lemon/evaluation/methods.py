@@ -1,12 +1,13 @@
 """Evaluation methods as typed objects: the one place that knows what a `--method` value means.
 
-A method writes the spec of each (item, seed) and knows its own identity. Baselines (`baselines.py`) return
+A method writes the spec of each (item, seed) and knows its own identity. Baselines (`baselines/`) return
 their fixed spec; `template`, `prompted` and `trained:PATH` wrap their orchestrator (the `Orchestrator`
 protocol of `lemon.orchestrator.base`). The evaluation harness only sees `Method` and `SpecWriter`, so it never
 compares method names; `resolve_method` is the only parser of a `--method` value.
 
 Adding a method = one class with `name`, `identity()` and `bind()` (in its own module if it is large) plus
-one entry in `_METHODS` below; the CLI help and the error message for an unknown method follow from the table.
+one entry in `_ORCHESTRATORS` below; a fixed baseline is one `BaselineKind` of the baselines' registry
+(`baselines/__init__.py`) instead. The CLI help and the error message for an unknown method follow from both.
 
 A `Method` is a small frozen dataclass so it pickles into Ray workers; `bind` builds the live part (models,
 connections) once per process, from a `MethodEnv`.
@@ -22,19 +23,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from lemon.errors import LemonError
+from lemon.evaluation.baselines import baseline_spec, find_baseline
+from lemon.evaluation.baselines import method_names as baseline_names
 from lemon.paths import lemon_home
 
-if TYPE_CHECKING:  # the rest is imported where it is used: the CLI reads the table at startup, fast
+if TYPE_CHECKING:  # the rest is imported where it is used
     from lemon.llm.pool import Pool
     from lemon.orchestrator.base import Orchestrator, Proposal
     from lemon.runtime.budget import TokenLedger
     from lemon.spec.model import Spec
     from lemon.spec.roles import RoleLibrary
 
-# `baselines.method_names()`, in report order; written out so that reading the table does not import the spec
-# model (pydantic), and checked against it by tests/evaluation/test_methods.py.
-BASELINES = ("vanilla", "cot", "sc-cot", "esc", "asc", "gate", "cges", "exsc", "pot", "sc-pot", "pot-esc", "mixed-esc",
-             "cross-check", "chain", "tree", "complete", "random")
 # What a run of a method that picks each agent's level shows as its level (it is stored under a nominal one).
 CHOSEN_LEVEL = "chosen by the method"
 
@@ -42,7 +41,7 @@ CHOSEN_LEVEL = "chosen by the method"
 def uses_level(method: str) -> bool:
     """Only a fixed baseline puts every agent at one `--level`; `template`, `prompted` and `trained:PATH`
     choose each agent's level, so the level their runs are stored under (for stable run ids) means nothing."""
-    return method in BASELINES
+    return find_baseline(method) is not None
 
 
 def shown_level(method: str, level: str) -> str:
@@ -119,7 +118,6 @@ class _FixedSpecs:
     env: MethodEnv
 
     def spec(self, seed: int) -> Spec:
-        from lemon.evaluation.baselines import baseline_spec
         from lemon.spec.validate import validate_spec
 
         e = self.env
@@ -132,7 +130,8 @@ class _FixedSpecs:
 
 @dataclass(frozen=True)
 class Baseline:
-    """A fixed topology of `baselines.py`; only `random` uses the seed (its graph is drawn per item and seed)."""
+    """A fixed topology of the baselines' registry (`baselines/`); only `random` uses the seed (its graph is drawn
+    per item and seed)."""
 
     name: str
 
@@ -267,8 +266,7 @@ class _Entry:
     takes_arg: bool = False
 
 
-_METHODS: dict[str, _Entry] = {
-    **{n: _Entry(Baseline, n) for n in BASELINES},
+_ORCHESTRATORS: dict[str, _Entry] = {
     "template": _Entry(lambda _: Template(), "template", "the default orchestration"),
     "prompted": _Entry(lambda _: Prompted(), "prompted"),
     "trained": _Entry(Trained, "trained:PATH", takes_arg=True),
@@ -277,22 +275,27 @@ _METHODS: dict[str, _Entry] = {
 }
 
 
+def _methods() -> dict[str, _Entry]:
+    """The table: every registered baseline (`baselines.method_names()`, read now, so a baseline registered
+    later is a method too), then the orchestrators."""
+    return {**{n: _Entry(Baseline, n) for n in baseline_names()}, **_ORCHESTRATORS}
+
 
 def method_names() -> tuple[str, ...]:
     """Valid `--method` values, as shown in help and error messages."""
-    return tuple(e.shown for e in _METHODS.values())
+    return tuple(e.shown for e in _methods().values())
 
 
 def method_help() -> str:
     """The `--method` help line, e.g. 'vanilla, cot, ..., template (the default orchestration), ...'."""
-    shown = [f"{e.shown} ({e.note})" if e.note else e.shown for e in _METHODS.values()]
+    shown = [f"{e.shown} ({e.note})" if e.note else e.shown for e in _methods().values()]
     return ", ".join(shown[:-1]) + f", or {shown[-1]}."
 
 
 def resolve_method(value: str) -> Method:
     """The method a `--method` value names, or a one-line LemonError listing the valid ones."""
     head, sep, arg = value.partition(":")
-    entry = _METHODS.get(head)
+    entry = _methods().get(head)
     if entry is not None and entry.takes_arg == bool(sep) and (arg or not entry.takes_arg):
         return entry.make(arg if entry.takes_arg else head)
     raise LemonError(f"unknown method {value!r}; valid: {', '.join(method_names())}")

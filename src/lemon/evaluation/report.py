@@ -31,9 +31,11 @@ from lemon.benchmarks.base import DataDir
 from lemon.errors import LemonError
 from lemon.evaluation.agent_replies import replies_lines
 from lemon.evaluation.baselines import method_names
+from lemon.evaluation.mcnemar import mcnemar_exact
 from lemon.evaluation.methods import run_label, shown_level, shown_method, uses_level
+from lemon.evaluation.pooled import PooledResult, pooled_lines, pooled_test
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
-from lemon.evaluation.table import PairFn, benchmark_table, best_of
+from lemon.evaluation.table import PairFn, benchmark_table, best_of, columns_of, runs_by_cell
 from lemon.evaluation.teams import adaptive_runs, teams_lines
 from lemon.files import write_output
 from lemon.llm.models import parameters_b
@@ -157,22 +159,6 @@ def format_accuracy(stats: RunStats) -> str:
 # ---- paired test ----------------------------------------------------------------------------------------
 
 
-def mcnemar_exact(b: int, c: int) -> float:
-    """Two-sided exact McNemar p-value: binomial test of min(b, c) in b + c trials with p = 1/2.
-
-    Computed directly (p = min(1, 2 * P[X <= min(b, c)])), which equals
-    `scipy.stats.binomtest(b, b + c, 0.5).pvalue` for the symmetric p = 1/2 case. No discordant pairs: 1.0.
-    """
-    if b < 0 or c < 0:
-        raise ValueError("counts must be non-negative")
-    n = b + c
-    if n == 0:
-        return 1.0
-    k = min(b, c)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2.0 * tail)
-
-
 @dataclass(frozen=True)
 class PairedResult:
     """Method A vs B on the (item, seed) pairs both runs have."""
@@ -270,6 +256,7 @@ class Report:
     generated_at: str
     store_path: Path
     plot_path: Path | None = None
+    pooled: tuple[PooledResult, ...] = ()
 
 
 # ---- the accuracy-tokens front ---------------------------------------------------------------------------
@@ -339,9 +326,10 @@ def _fmt_tokens(x: float) -> str:
 
 def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResult], *, store_path: Path,
                     generated_at: str, sections: Mapping[str, Sequence[str]] | None = None,
-                    pair: PairFn | None = None) -> str:
+                    pair: PairFn | None = None, pooled: Sequence[PooledResult] = ()) -> str:
     """The results document: provenance line, the cross-benchmark table (with `pair`, its paired tests against
-    each benchmark's best baseline), one table per benchmark, the paired tests, then each benchmark's further
+    each benchmark's best baseline) and the `pooled` tests over its benchmarks (`pooled.py`), one table per
+    benchmark, the paired tests, then each benchmark's further
     `sections` (benchmark -> markdown lines: the teams each orchestrating method wrote, `lemon.evaluation.teams`,
     and where the answer was lost, `lemon.evaluation.agent_replies`)."""
     lines = [
@@ -362,6 +350,8 @@ def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResul
         lines += ["", "_The store holds no runs yet: run `lemon eval` first._"]
     overview = benchmark_table(stats, paper, pair)
     lines += ["", *overview] if overview else []
+    for result in pooled:
+        lines += pooled_lines(result)
     for bench in benchmarks:
         lines += ["", f"## {bench}", "",
                   "| method | split | n items | seeds | pool | level | temp. | accuracy (%) "
@@ -501,7 +491,7 @@ def _sections(store: ResultsStore, runs: Sequence[RunInfo], sources: Mapping[str
     sections: dict[str, list[str]] = defaultdict(list)
     for bench in sorted({r.benchmark for r in runs}):
         sections[bench] += spec_sources_lines([r for r in runs if r.benchmark == bench], sources)
-    for run in adaptive_runs(store, runs, method_names()):
+    for run in adaptive_runs(store, runs):
         sections[run.benchmark] += teams_lines(store, run, sources[run.run_id])
     if replies:
         for bench, lines in replies_lines(store, runs, data_dir).items():
@@ -523,10 +513,11 @@ def write_report(out: Path, markdown: str) -> None:
 
 def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | None = None,
                  compare: Sequence[tuple[str, str]] = (), now: datetime | None = None, replies: bool = False,
-                 data_dir: DataDir = None) -> Report:
+                 data_dir: DataDir = None, pooled: Sequence[tuple[str, str]] = ()) -> Report:
     """Read every run in the store, render the markdown (and write it to `out`), and draw `plot`.
 
-    `compare` lists the (method or run id, method or run id or "best") pairs to test, in the order shown.
+    `compare` lists the (method or run id, method or run id or "best") pairs to test, in the order shown;
+    `pooled` the (row, row) pairs to test pooled over the benchmarks (`pooled.py` says what a row is).
     `replies`: add where each multi-agent run lost its answer (`agent_replies`; reads the benchmark's items
     from `data_dir`, or LEMON_DATA_DIR).
     """
@@ -535,8 +526,7 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
     runs = sorted(store.runs(), key=lambda r: (r.benchmark, order.get(r.method, len(order)), r.method, r.pool,
                                                r.level, r.created))
     rows = {r.run_id: store.items(r.run_id) for r in runs}
-    fixed = set(method_names())
-    sources = {r.run_id: store.spec_sources(r.run_id) for r in runs if r.method not in fixed}  # read once
+    sources = {r.run_id: store.spec_sources(r.run_id) for r in runs if not uses_level(r.method)}  # read once
     stats = tuple(run_stats(r, rows[r.run_id], sources.get(r.run_id)) for r in runs)
 
     def pair(a: RunStats, b: RunStats) -> PairedResult:
@@ -554,12 +544,14 @@ def build_report(store: ResultsStore, *, out: Path | None = None, plot: Path | N
             raise LemonError(f"--compare {a},{b}: no two runs share benchmark, split, pool "
                              "and level; run both methods with the same --split/--pool/--level first")
         comparisons.extend(found)
+    cells = runs_by_cell(stats)
+    pooled_results = tuple(pooled_test(cells, columns_of(stats), a, b, pair) for a, b in pooled)
     sections = _sections(store, runs, sources, replies=replies, data_dir=data_dir)
     markdown = render_markdown(stats, comparisons, store_path=store.path, generated_at=generated_at,
-                               sections=sections, pair=pair)
+                               sections=sections, pair=pair, pooled=pooled_results)
     if out is not None:
         write_report(out, markdown)
     plot_path = plot_accuracy_vs_tokens(stats, plot, store_path=store.path, generated_at=generated_at) \
         if plot is not None else None
     return Report(markdown=markdown, stats=stats, comparisons=tuple(comparisons), generated_at=generated_at,
-                  store_path=store.path, plot_path=plot_path)
+                  store_path=store.path, plot_path=plot_path, pooled=pooled_results)

@@ -64,7 +64,7 @@ def best_of(stats: Sequence[RunStats]) -> RunStats | None:
 BENCHMARK_ORDER = ("mmlu", "gsm8k", "aqua", "multiarith", "svamp", "humaneval")
 
 
-def _columns(stats: Sequence[RunStats]) -> list[str]:
+def columns_of(stats: Sequence[RunStats]) -> list[str]:
     present = {s.run.benchmark for s in stats}
     return [b for b in BENCHMARK_ORDER if b in present] + sorted(present - set(BENCHMARK_ORDER))
 
@@ -119,7 +119,7 @@ def _cell(s: RunStats) -> str:
             f"({s.run.split}, {s.n_items} x {len(s.seeds)}{partial}{limit}{_cut(s)}{_specs(s)})")
 
 
-def _runs_by_cell(stats: Sequence[RunStats]) -> dict[tuple[str, str], RunStats]:
+def runs_by_cell(stats: Sequence[RunStats]) -> dict[tuple[str, str], RunStats]:
     """(label, benchmark) -> the run with the most rows, where several runs share a label (other pools, sizes),
     the latest of those: a method whose identity moved (the template's teams) is shown as it runs now."""
     cells: dict[tuple[str, str], RunStats] = {}
@@ -134,10 +134,10 @@ def benchmark_table(stats: Sequence[RunStats], paper: Mapping[str, Any], pair: P
     """The markdown lines of the table ([] with fewer than two benchmarks: each benchmark's own table says it
     all), then, given `pair`, the paired tests against each column's best fixed baseline. Accuracy is the mean
     over seeds ± their sample std; tokens are worker + orchestrator tokens per item."""
-    columns = _columns(stats)
+    columns = columns_of(stats)
     if len(columns) < 2:
         return []
-    cells = _runs_by_cell(stats)
+    cells = runs_by_cell(stats)
     labels = list(dict.fromkeys(label for label, _ in cells))
     pools = ", ".join(sorted({s.run.pool for s in cells.values()}))
     lines = ["## All benchmarks", "",
@@ -153,10 +153,25 @@ def benchmark_table(stats: Sequence[RunStats], paper: Mapping[str, Any], pair: P
     return lines + (_paired_table(cells, labels, columns, pair) if pair else [])
 
 
+def not_comparable(a: RunStats, b: RunStats) -> str | None:
+    """Why runs `a` and `b` of one benchmark have no pairs to test (another split or pool: the same item ids
+    drawn by other workers or from other items), or None: a paired test counts the same (item, seed) of the
+    two runs it names, never a pair borrowed from a third (issue 55)."""
+    for what in ("split", "pool"):
+        if getattr(a.run, what) != getattr(b.run, what):
+            return f"{what} {getattr(a.run, what)}, not {getattr(b.run, what)}"
+    return None
+
+
 def _paired_cell(s: RunStats, best: RunStats, pair: PairFn) -> str:
+    """`a/b, p = …` over the (item, seed) pairs `s` shares with `best`, or why there are none to count."""
     if s is best:
         return "**best**"
+    if why := not_comparable(s, best):
+        return f"not comparable ({why})"
     r = pair(s, best)
+    if not r.pairs:
+        return "not comparable (no shared (item, seed) pairs)"
     shared = "" if r.pairs == best.rows else f" ({r.pairs} pairs)"
     return f"{r.a_only}/{r.b_only}, p = {r.p_value:.2g}{shared}"
 
@@ -170,7 +185,8 @@ def _paired_table(cells: Mapping[tuple[str, str], RunStats], labels: Sequence[st
              "Exact McNemar test on the (item, seed) pairs a cell shares with its column's best fixed baseline "
              "(the most accurate, the cheaper on a tie; chosen on these same items, so p answers \"is the best "
              "reliably better\"): the pairs this method alone got right / the pairs the best alone got right, "
-             "p (two-sided).", "",
+             "p (two-sided); a cell on another split or pool than the best, or sharing no pair with it, is not "
+             "comparable.", "",
              "| method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns),
              "| best fixed baseline | " + " | ".join(names) + " |"]
     for label in labels:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from lemon.benchmarks.base import Item
 from lemon.benchmarks.registry import get_benchmark
 from lemon.evaluation.bank import is_bank_run
-from lemon.evaluation.methods import shown_method
+from lemon.evaluation.methods import shown_method, uses_level
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.orchestrator.kinds import answer_kind
 from lemon.spec.model import Spec
@@ -124,7 +124,7 @@ def _difficulty_lines(rows: Mapping[Key, ItemRow], wrong: Mapping[Key, int]) -> 
     return [*lines, ""]
 
 
-def adaptive_runs(store: ResultsStore, runs: Sequence[RunInfo], fixed: Sequence[str]) -> list[RunInfo]:
-    """The runs whose method writes its own specs (not one of the `fixed` baselines)."""
-    return [r for r in runs if r.method not in fixed and store.count(r.run_id)]
+def adaptive_runs(store: ResultsStore, runs: Sequence[RunInfo]) -> list[RunInfo]:
+    """The runs whose method writes its own specs (not a fixed baseline: `methods.uses_level`)."""
+    return [r for r in runs if not uses_level(r.method) and store.count(r.run_id)]
 

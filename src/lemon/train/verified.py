@@ -34,8 +34,8 @@ Progress = Callable[[str, int, int], None]
 #: (baseline, number of agents or None for its default): a 3-voter sc-cot, as the default team has, and the
 #: stop-rule vote (esc: 5 voters that stop once 2 agree), so the cheapest always-right team differs by item (one
 #: agent where one suffices, a vote that stops early where it does not: issue 24) and the data teaches that.
-BASELINES: tuple[tuple[str, int | None], ...] = (("vanilla", None), ("cot", None), ("sc-cot", 3), ("esc", None),
-                                                 ("chain", None))
+CANDIDATE_BASELINES: tuple[tuple[str, int | None], ...] = (("vanilla", None), ("cot", None), ("sc-cot", 3),
+                                                           ("esc", None), ("chain", None))
 
 
 def live_spec(spec: Spec) -> Spec:
@@ -58,7 +58,7 @@ def candidate_specs(kind: str, roles: RoleLibrary, levels: Sequence[str]) -> lis
     from lemon.orchestrator.template import team_spec
 
     out = [("template", team_spec(kind, roles, levels))]  # type: ignore[arg-type]
-    for method, n in BASELINES:
+    for method, n in CANDIDATE_BASELINES:
         for level in levels:
             spec = baseline_spec(method, kind, level=level, seed=0, n=n)
             out.append((f"{method}@{level}", validate_spec(spec, roles, levels)))
