@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from lemon.llm.pools import read_pool_config
 from lemon.llm.serve import _answers
-from tests.llm.servers import free_port
+from tests.llm.servers import free_port, lemon_serve
 
 pytestmark = [pytest.mark.server, pytest.mark.models]
 
@@ -29,26 +26,13 @@ def _as_background_job() -> None:
                                               (signal.SIGINT, _as_background_job)], ids=["int", "term", "bg-int"])
 def test_serve_until_ctrl_c(tmp_path: Path, _isolated_home: Path, sig: signal.Signals, preexec: object) -> None:
     port = free_port()
-    env = {**os.environ, "LEMON_HOME": str(_isolated_home), "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "lemon.cli.main", "serve", "--pool", "tiny", "--port", str(port),
-                             "--out", str(tmp_path / "served"), "--threads", "1"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
-                            preexec_fn=preexec)  # type: ignore[arg-type]
-    try:
-        lines = []
-        deadline = time.monotonic() + 240
-        while not any(line.startswith("served pool:") for line in lines) and time.monotonic() < deadline:
-            line = proc.stdout.readline()  # type: ignore[union-attr]
-            if not line and proc.poll() is not None:
-                break
-            lines.append(line)
+    args = ["--pool", "tiny", "--port", str(port), "--out", str(tmp_path / "served"), "--threads", "1"]
+    env = {**os.environ, "LEMON_HOME": str(_isolated_home)}
+    with lemon_serve(args, env, preexec=preexec) as (proc, lines):  # type: ignore[arg-type]
         assert any(f"small, medium, large: smollm2-135m on http://127.0.0.1:{port}/v1" in x for x in lines), lines
         pool_file = tmp_path / "served" / "pool.yaml"
         assert read_pool_config(str(pool_file)).levels[0].base_url == f"http://127.0.0.1:{port}/v1"
         assert _answers(f"http://127.0.0.1:{port}/v1")
         proc.send_signal(sig)
         assert proc.wait(timeout=60) == 0, proc.stderr.read()  # type: ignore[union-attr]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert not _answers(f"http://127.0.0.1:{port}/v1")

@@ -8,9 +8,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +18,7 @@ import openai
 import pytest
 
 from lemon.llm.pools import read_pool_config
-from tests.llm.servers import built_llama_server, free_port
+from tests.llm.servers import built_llama_server, free_port, lemon_serve
 
 pytestmark = [pytest.mark.server, pytest.mark.models]
 
@@ -31,34 +28,21 @@ HI = [{"role": "user", "content": "What is 2+2? Answer briefly."}]
 
 
 @contextmanager
-def lemon_serve(home: Path, out: Path) -> Iterator[tuple[int, list[str]]]:
+def keyed_serve(home: Path, out: Path) -> Iterator[tuple[int, list[str]]]:
     """`lemon serve --pool tiny --host HOST --port P` with LEMON_SERVE_API_KEY and LEMON_LLAMA_SERVER set, until
     its 'served pool' line; SIGTERM after. Yields the port and the lines it printed."""
     port = free_port()
-    env = {**os.environ, "LEMON_HOME": str(home), "COLUMNS": "200", "LEMON_SERVE_API_KEY": KEY,
+    env = {**os.environ, "LEMON_HOME": str(home), "LEMON_SERVE_API_KEY": KEY,
            "LEMON_LLAMA_SERVER": str(built_llama_server())}
-    proc = subprocess.Popen([sys.executable, "-m", "lemon.cli.main", "serve", "--pool", "tiny", "--host", HOST,
-                             "--port", str(port), "--out", str(out), "--threads", "1"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 240
-        while not any(line.startswith("served pool:") for line in lines) and time.monotonic() < deadline:
-            line = proc.stdout.readline()  # type: ignore[union-attr]
-            if not line and proc.poll() is not None:
-                break
-            lines.append(line)
-        assert any(line.startswith("served pool:") for line in lines), [*lines, proc.stderr.read()]  # type: ignore[union-attr]
+    args = ["--pool", "tiny", "--host", HOST, "--port", str(port), "--out", str(out), "--threads", "1"]
+    with lemon_serve(args, env) as (proc, lines):
         yield port, lines
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, proc.stderr.read()  # type: ignore[union-attr]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
 
 
 def test_lemon_serve_answers_the_openai_client_as_the_api_does(tmp_path: Path, _isolated_home: Path) -> None:
-    with lemon_serve(_isolated_home, tmp_path / "served") as (port, lines):
+    with keyed_serve(_isolated_home, tmp_path / "served") as (port, lines):
         base = f"http://{HOST}:{port}/v1"
         client = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0, timeout=120)
         model = client.models.list().data[0].id

@@ -10,11 +10,12 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -30,6 +31,34 @@ def built_llama_server() -> Path:
     return Path(res.stdout.strip().splitlines()[-1])
 
 
+def wait_until_answers(url: str, proc: subprocess.Popen[Any], log: Callable[[], str], timeout_s: float) -> None:
+    """Until `url` answers HTTP 200 (a server a test started is up); its process exiting first, or `timeout_s`
+    passing, fails the test with the end of its log (`log()`)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"{proc.args!r} exited {proc.returncode}:\n{log()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{url} did not answer within {timeout_s:.0f} s:\n{log()[-3000:]}")
+        time.sleep(0.5)
+
+
+def stop_process(proc: subprocess.Popen[Any], grace_s: float = 20) -> None:
+    """Terminate, wait, kill if it will not go."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextmanager
 def llama_server(model: Path, *, startup_s: float = 120.0) -> Iterator[str]:
     """Yield the base URL (`http://127.0.0.1:PORT/v1`) of a real llama.cpp server serving `model`."""
@@ -42,29 +71,43 @@ def llama_server(model: Path, *, startup_s: float = 120.0) -> Iterator[str]:
              "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
             stdout=log, stderr=subprocess.STDOUT,
         )
+
+        def text() -> str:
+            log.seek(0)
+            return log.read().decode(errors="replace")
+
         try:
-            deadline = time.monotonic() + startup_s
-            while True:
-                if proc.poll() is not None:
-                    log.seek(0)
-                    raise RuntimeError(f"llama_cpp.server exited: {log.read().decode(errors='replace')[-2000:]}")
-                try:
-                    with urllib.request.urlopen(f"{base}/models", timeout=2) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError("llama_cpp.server did not start in time")
-                time.sleep(0.5)
+            wait_until_answers(f"{base}/models", proc, text, startup_s)
             yield base
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop_process(proc)
+
+
+@contextmanager
+def lemon_serve(args: list[str], env: Mapping[str, str], *, startup_s: float = 240,
+                preexec: Callable[[], None] | None = None) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """`lemon serve ARGS` as a user runs it, with `env`, until it prints its 'served pool' line (the test fails
+    if it does not); yields the process and the lines it printed. The test stops it (a signal, to check how it
+    stops); one still running on leaving is killed."""
+    proc = subprocess.Popen([sys.executable, "-m", "lemon.cli.main", "serve", *args], env={**env, "COLUMNS": "200"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
+                            preexec_fn=preexec)
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + startup_s
+        while not any(line.startswith("served pool:") for line in lines) and time.monotonic() < deadline:
+            line = proc.stdout.readline()  # type: ignore[union-attr]
+            if not line and proc.poll() is not None:
+                break
+            lines.append(line)
+        if not any(line.startswith("served pool:") for line in lines):
+            proc.kill()
+            raise AssertionError([*lines, proc.stderr.read()])  # type: ignore[union-attr]
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 class QuietHandler(BaseHTTPRequestHandler):

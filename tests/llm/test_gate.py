@@ -77,12 +77,14 @@ async def upstream() -> AsyncIterator[Upstream]:
 @asynccontextmanager
 async def gate(api_key: str | None = KEY) -> AsyncIterator[tuple[openai.AsyncOpenAI, Upstream]]:
     """The gate on a free port in front of the double: model 'lemon-small' (llama-server, log-probabilities)
-    and 'lemon-plain' (llama_cpp.server, none); an `openai` client that does not retry."""
+    and 'lemon-plain' (llama_cpp.server, none), 'lemon-embedded' (the embedded engine: log-probabilities, no
+    streams); an `openai` client that does not retry."""
     import asyncio
 
     async with upstream() as up:
         routes = {"lemon-small": Route("lemon-small", up.url, logprobs=True),
-                  "lemon-plain": Route("lemon-plain", up.url, logprobs=False, stream_usage=False)}
+                  "lemon-plain": Route("lemon-plain", up.url, logprobs=False, stream_usage=False),
+                  "lemon-embedded": Route("lemon-embedded", up.url, logprobs=True, stream_usage=False, streams=False)}
         port = free_port()
         ready = asyncio.Event()
         task = asyncio.create_task(run_gate(routes, "127.0.0.1", [port], api_key, ready.set))
@@ -100,7 +102,7 @@ async def test_an_unknown_model_is_404_and_reaches_no_server() -> None:
         with pytest.raises(openai.NotFoundError) as err:
             await client.chat.completions.create(model="gpt-4o", messages=HI)  # type: ignore[arg-type]
         assert err.value.code == "model_not_found" and "lemon-small" in err.value.message
-        assert [m.id for m in (await client.models.list()).data] == ["lemon-small", "lemon-plain"]
+        assert [m.id for m in (await client.models.list()).data] == ["lemon-small", "lemon-plain", "lemon-embedded"]
     assert up.received == []
 
 
@@ -179,6 +181,20 @@ async def test_a_stream_from_llama_cpp_server_ends_with_usage_when_asked() -> No
     assert "".join(ch.delta.content or "" for c in asked for ch in c.choices) == "The answer"
     assert asked[-1].usage is not None and asked[-1].usage.completion_tokens == 2 and not asked[-1].choices
     assert [b.get("stream") for b in up.received] == [None, True] and len(plain) == 2
+
+
+async def test_a_stream_from_the_embedded_engine_is_asked_whole_with_its_logprobs() -> None:
+    """The embedded engine does not stream: every stream is asked of it whole and sent as one chunk (its
+    log-probabilities with it), then usage only when asked."""
+    async with gate() as (client, up):
+        plain = [c async for c in await client.chat.completions.create(
+            model="lemon-embedded", messages=HI, stream=True, logprobs=True)]  # type: ignore[arg-type]
+        asked = [c async for c in await client.chat.completions.create(
+            model="lemon-embedded", messages=HI, stream=True, stream_options={"include_usage": True})]  # type: ignore[arg-type]
+    assert [b.get("stream") for b in up.received] == [None, None]
+    assert len(plain) == 1 and plain[0].choices[0].delta.content == "The answer" and plain[0].usage is None
+    assert [t.token for t in plain[0].choices[0].logprobs.content] == ["The", " answer"]  # type: ignore[union-attr]
+    assert len(asked) == 2 and asked[-1].usage is not None and asked[-1].usage.completion_tokens == 2
 
 
 async def test_lemon_s_own_backend_passes_with_its_extensions_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:

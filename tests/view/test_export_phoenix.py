@@ -25,7 +25,7 @@ from openinference.semconv.trace import SpanAttributes as OI
 
 from lemon.inspection.export_otel import ROOT_NODE
 from lemon.inspection.itemview import agent_records
-from tests.llm.servers import free_port
+from tests.llm.servers import free_port, stop_process, wait_until_answers
 
 from .conftest import Stored, lemon
 from .test_honest_items import _run, _team, _voters
@@ -36,19 +36,6 @@ STARTUP_S = 240.0  # migrations and the app on a busy two-core machine: about 20
 def _get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=10) as resp:  # the Phoenix this module started
         return json.loads(resp.read())
-
-
-def _wait_up(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"phoenix exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2):
-                return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.5)
-    raise AssertionError(f"phoenix did not answer within {STARTUP_S}s:\n{log.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="module")
@@ -63,15 +50,10 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc = subprocess.Popen([sys.executable, "-m", "phoenix.server.main", "serve"], env=env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        _wait_up(f"http://127.0.0.1:{port}", proc, log)
+        wait_until_answers(f"http://127.0.0.1:{port}/healthz", proc, log.read_text, STARTUP_S)
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, grace_s=30)
 
 
 def _spans(url: str, n: int) -> list[dict[str, Any]]:

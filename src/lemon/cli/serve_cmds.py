@@ -1,7 +1,8 @@
 """`lemon serve`: the pool's embedded worker models behind one OpenAI-compatible address.
 
 A thin command over `lemon.llm.serve.serving` and `lemon.llm.gate`: it starts one server per model on
-127.0.0.1 (llama.cpp's llama-server when LEMON_LLAMA_SERVER names one, else llama_cpp.server), waits until each
+127.0.0.1 (llama.cpp's llama-server when LEMON_LLAMA_SERVER names one, else llama_cpp.server; with `--engine
+embedded`, LEMON's own embedded backend, `lemon.llm.embedded_server`), waits until each
 answers, writes the served pool file, and serves the checked OpenAI API in front of them on --host and --port
 until Ctrl-C (which here is the normal way to stop, exit 0). Any command then uses them with `--pool FILE`;
 `lemon train` and `lemon sft` start their own with `--serve-workers`.
@@ -9,6 +10,7 @@ until Ctrl-C (which here is the normal way to stop, exit 0). Any command then us
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,6 +22,13 @@ if TYPE_CHECKING:
     from lemon.llm.serve import Worker
 
 API_KEY_ENV = "LEMON_SERVE_API_KEY"
+
+
+class Engine(StrEnum):
+    """What runs each model behind the gate."""
+
+    server = "server"  # llama.cpp's server: llama-server when LEMON_LLAMA_SERVER names one, else llama_cpp.server
+    embedded = "embedded"  # LEMON's embedded backend: the embedded levels' own draws, with log-probabilities
 
 
 def serve_cmd(
@@ -35,6 +44,10 @@ def serve_cmd(
     out: Annotated[Path | None, opt("out", help="Folder for the served pool file and the server logs "
                                               "(default LEMON_HOME/served/POOL).")] = None,
     threads: MaybeThreadsOpt = None,
+    engine: Annotated[Engine, typer.Option(
+        help="server: llama.cpp's llama-server when LEMON_LLAMA_SERVER names one, else llama_cpp.server (no "
+             "log-probabilities); embedded: LEMON's embedded backend, the same replies and log-probabilities as "
+             "the pool's embedded levels on the same seeds (one request at a time per model).")] = Engine.server,
 ) -> None:
     """Serve the pool's embedded worker models with the OpenAI chat API until Ctrl-C (or SIGTERM).
 
@@ -42,8 +55,8 @@ def serve_cmd(
     experiments/build_llama_server.sh prints; else llama_cpp.server) behind a check that answers as the API
     does: 404 for a model it does not serve (GET /v1/models lists them), 400 for a bad request, 401 without
     --api-key's key. Not done: endpoints other than POST /v1/chat/completions and GET /v1/models; n > 1
-    (400); roles other than system, user, assistant; tools, functions, images; TLS. Log-probabilities
-    (logprobs, top_logprobs 0-20) need llama-server. See docs/serve.md."""
+    (400); roles other than system, user, assistant; tools, functions, images; TLS. Log-probabilities need
+    llama-server, or --engine embedded (whose draws are the embedded levels' own). See docs/serve.md."""
     import asyncio
 
     from lemon.llm.gate import run_gate
@@ -63,15 +76,16 @@ def serve_cmd(
     stop_on_signals()
     cfg = read_pool_config(pool)
     folder = out or lemon_home() / "served" / Path(cfg.name).name
-    binary = llama_server_binary()
+    embedded = engine is Engine.embedded
+    binary = None if embedded else llama_server_binary()
     ports = [port + k for k in range(len(model_groups(cfg)))]  # the gate: one port per model, as before
     for p in ports:
         _check_port_free(p, host)
-    workers = plan_workers(cfg, port + len(ports), binary)  # the model servers, on 127.0.0.1 behind it
+    workers = plan_workers(cfg, port + len(ports), binary, embedded=embedded)  # the model servers, behind it
     urls = {w.alias: client_url(host, p) for w, p in zip(workers, ports, strict=True)}
 
     with serving(pool, folder, port=port + len(ports), binary=binary, urls=urls,
-                 api_key_env=API_KEY_ENV if api_key else None) as path:
+                 api_key_env=API_KEY_ENV if api_key else None, embedded=embedded) as path:
         try:  # from the moment the servers are up, Ctrl-C is the normal stop, even while the lines print
             asyncio.run(run_gate(gate_routes(workers), host, ports, api_key or None,
                                  lambda: _announce(workers, urls, path, bool(api_key))))
@@ -83,7 +97,8 @@ def _announce(workers: list[Worker], urls: dict[str, str], path: Path, keyed: bo
     """Where each model is served, under which name, and the served pool file: once the gate listens."""
     console = consoles().out
     for w in workers:
-        engine = "llama-server, 8 slots" if w.binary else "llama_cpp.server, no logprobs"
+        engine = {"llama-server": "llama-server, 8 slots", "llama_cpp.server": "llama_cpp.server, no logprobs",
+                  "embedded": "embedded backend, its draws and logprobs"}[w.engine]
         console.print(f"{', '.join(w.levels)}: {w.model} on {urls[w.alias]} as model {w.alias!r} ({engine})",
                       markup=False, highlight=False)
     key = f"; clients send the key, the pool file reads it from {API_KEY_ENV}" if keyed else ""

@@ -16,6 +16,7 @@ import logging
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,10 @@ class EmbeddedBackend:
         await loop.run_in_executor(self._thread, self._load)
 
     def _call(self, request: ChatRequest) -> Completion:
+        return self._generate(request, SampledLogprobs() if self.read_logprobs else None)
+
+    def _generate(self, request: ChatRequest, recorder: SampledLogprobs | None) -> Completion:
+        """One chat completion; with a `recorder`, the reply's log-probability read from the generation."""
         llama = self._load()
         p = request.params
         kwargs: dict[str, Any] = {
@@ -126,8 +131,7 @@ class EmbeddedBackend:
             kwargs["grammar"] = LlamaGrammar.from_string(request.grammar, verbose=False)
         elif request.json_schema is not None:
             kwargs["response_format"] = {"type": "json_object", "schema": request.json_schema}
-        recorder = SampledLogprobs()
-        if self.read_logprobs:
+        if recorder is not None:
             kwargs["logits_processor"] = [recorder]
         start = time.perf_counter()
         try:
@@ -140,11 +144,28 @@ class EmbeddedBackend:
         return Completion(text, int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0)),
                           time.perf_counter() - start, self.model_id,
                           logprob=recorder.reply_logprob(llama, text, choice.get("finish_reason"))
-                          if self.read_logprobs else None)
+                          if recorder is not None else None)
 
     async def complete(self, request: ChatRequest) -> Completion:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, self._call, request)
+
+    def _sampled(self, request: ChatRequest) -> tuple[Completion, list[TokenLogprob]]:
+        recorder = SampledLogprobs(best=True)
+        out = self._generate(request, recorder)
+        if out.logprob is None:  # the tokens cannot be shown to spell the reply: the scoring pass's, as the gate's
+            return out, [TokenLogprob(token, lp) for token, lp in self._token_logprobs(request, out.text)]
+        llama = self._llama
+        return out, [TokenLogprob(llama.detokenize([t]), lp, llama.detokenize([b]), best)
+                     for t, lp, (b, best) in zip(recorder.tokens, recorder.values, recorder.best, strict=False)]
+
+    async def complete_with_tokens(self, request: ChatRequest) -> tuple[Completion, list[TokenLogprob]]:
+        """`complete`, the same draw, with each reply token's log-probability and the most likely token at its
+        step (what an OpenAI-compatible server sends as `logprobs`: `embedded_server.py`). A reply whose sampled
+        tokens cannot be shown to spell it (`reply_logprob` is None) gets its tokens from the scoring pass, the
+        one a logprob gate runs on it in process, without the most likely ones."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._sampled, request)
 
     def _load_scoring(self) -> Any:
         if self._scoring is None:
@@ -201,6 +222,17 @@ class EmbeddedBackend:
         self._llama = self._scoring = None
 
 
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    """One reply token as a server reports it: its bytes and log-probability, and (when known) the most likely
+    token at its step under the raw logits with that token's log-probability."""
+
+    token: bytes
+    logprob: float
+    best: bytes | None = None
+    best_logprob: float | None = None
+
+
 class SampledLogprobs:
     """Each sampled token's log-probability under the raw logits, read from the generation itself.
 
@@ -208,11 +240,15 @@ class SampledLogprobs:
     position's raw logits (before penalties, temperature and top-k/p); returned unchanged, they sample exactly
     as without it. The token drawn from step t's logits is the last token seen at step t+1, so each call
     settles the step before; `reply_logprob` settles the last one. Cost: one copy and one log-sum-exp of a
-    vocabulary row per token (~0.3 ms for Qwen2.5's 151,936 entries, against ~35 ms to generate the token)."""
+    vocabulary row per token (~0.3 ms for Qwen2.5's 151,936 entries, against ~35 ms to generate the token).
+    With `best`, each step's most likely token and its log-probability too (`best`, one per step; a server's
+    `top_logprobs: 1`), one argmax more per token."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, best: bool = False) -> None:
         self.tokens: list[int] = []
         self.values: list[float] = []
+        self.best: list[tuple[int, float]] = []
+        self._keep_best = best
         self._pending: float | None = None  # the last step's log-partition; its logits wait in `_row`
         self._row: Any = None  # the last step's logits (contiguous float32, reused every step)
         self._scratch: Any = None
@@ -229,6 +265,8 @@ class SampledLogprobs:
         np.subtract(self._row, top, out=self._scratch)
         np.exp(self._scratch, out=self._scratch)
         self._pending = top + float(np.log(self._scratch.sum(dtype=np.float64)))
+        if self._keep_best:
+            self.best.append((int(self._row.argmax()), top - self._pending))
         return logits
 
     def _settle(self, token: int) -> None:

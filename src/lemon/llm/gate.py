@@ -47,6 +47,7 @@ class Route:
     upstream: str
     logprobs: bool
     stream_usage: bool = True  # the server ends a stream with usage when asked (llama_cpp.server does not)
+    streams: bool = True  # the server streams at all (the embedded engine does not: its streams are asked whole)
 
 
 class GateError(Exception):
@@ -96,7 +97,7 @@ def check_logprobs(body: Mapping[str, Any], route: Route) -> int | None:
     if not route.logprobs:
         raise _bad(f"model {route.alias!r} is served by llama_cpp.server, which is run without per-token logits; "
                    "log-probabilities need llama-server (bash experiments/build_llama_server.sh, then restart "
-                   "lemon serve)", "logprobs")
+                   "lemon serve) or the embedded engine (lemon serve --engine embedded)", "logprobs")
     return top or 0
 
 
@@ -205,7 +206,8 @@ class Gate:
         route, top = check_request(body, self.routes)
         if self.session is None:
             raise GateError(503, "lemon serve is starting; try again", kind="server_error")
-        whole = bool(body.get("stream")) and not route.stream_usage and _wants_usage(body)
+        asked = bool(body.get("stream"))
+        whole = asked and (not route.streams or (not route.stream_usage and _wants_usage(body)))
         try:
             if whole:
                 return await _stream_whole(self.session, request, route, body)
@@ -251,8 +253,8 @@ async def _json_of(up: aiohttp.ClientResponse) -> Any:
 
 async def _stream_whole(session: aiohttp.ClientSession, request: web.Request, route: Route,
                         body: dict[str, Any]) -> web.StreamResponse:
-    """A stream with usage from a server that cannot send one: the completion asked for whole (its usage
-    is the server's own count), sent as one content chunk, a usage chunk and [DONE]."""
+    """A stream from a server that cannot send it (with usage, or at all): the completion asked for whole (its
+    usage is the server's own count), sent as one content chunk, a usage chunk when asked, and [DONE]."""
     plain = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
     async with session.post(route.upstream + "/chat/completions", json=plain) as up:
         reply = await _json_of(up)
@@ -262,9 +264,9 @@ async def _stream_whole(session: aiohttp.ClientSession, request: web.Request, ro
     head = {k: reply.get(k) for k in ("id", "created", "model")} | {"object": "chat.completion.chunk"}
     choice = choices[0]
     delta = {"role": "assistant", "content": (choice.get("message") or {}).get("content")}
-    events = [{**head, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+    events = [{**head, "choices": [{"index": 0, "delta": delta, "logprobs": choice.get("logprobs"),
                                     "finish_reason": choice.get("finish_reason")}]},
-              {**head, "choices": [], "usage": reply.get("usage")}]
+              {**head, "choices": [], "usage": reply.get("usage")}][:2 if _wants_usage(body) else 1]
     out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await out.prepare(request)
     for event in events:

@@ -17,6 +17,21 @@ llama_cpp.server runs one completion at a time per model (no continuous batching
 the caller's process, it does not make a CPU faster (`benchmarks/bench_workers.py`, P4a 1.00-1.09). With
 `binary` (LEMON_LLAMA_SERVER: llama.cpp's own llama-server, experiments/build_llama_server.sh) each worker is
 a llama-server with SERVED_CONCURRENCY slots that decode together: P4 4.08 on SmolLM2, 1.29 on the 1.5B.
+
+Log-probabilities and the embedded levels' own draws (issue 54): `embedded=True` (`lemon serve --engine
+embedded`) runs LEMON's embedded backend in each worker process instead (`lemon.llm.embedded_server`), so a
+logprob gate or a learned stop rule decides on the served pool as on the embedded levels, on the same replies.
+Why not llama_cpp.server, the same engine: it gives log-probabilities only when started with `--logits_all
+true`. Its draws then stay the embedded ones (measured on SmolLM2, CPU: every step's logits bit-identical with
+and without it, the same replies on the same seeds; a GPU is not measured), but it computes them by sorting the
+whole vocabulary in Python for every token: +55 ms a token for SmolLM2's 49,152 entries (75 -> 126 ms a token
+here, +67 %) and ~280 ms for Qwen2.5's 151,936 (against ~35 ms to generate a token of the 1.5B), on every call
+of a level that reads them, and every prompt position's logits are then kept. The embedded backend reads them
+from the generation (`SampledLogprobs`, ~0.3 ms a token) with the same code in or out of process: the test
+(tests/llm/test_served_logprobs.py) runs a gate team and a learned-rule team on the same seeds on embedded
+`tiny` and through `lemon serve --engine embedded`, each over a fresh LLM cache, and finds the same replies,
+log-probabilities equal to the last bit and the same stop decisions. llama-server stays the batching choice;
+its draws are its own (other code reaches the logits).
 """
 
 from __future__ import annotations
@@ -64,10 +79,20 @@ class Worker:
     n_threads: int
     levels: tuple[str, ...]
     binary: Path | None = None  # llama.cpp's `llama-server` (continuous batching); None: llama_cpp.server
+    embedded: bool = False  # LEMON's embedded backend (`embedded_server.py`): the embedded levels' own draws
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def logprobs(self) -> bool:
+        """Whether the server gives each reply's token log-probabilities (a logprob gate may run there)."""
+        return self.binary is not None or self.embedded
+
+    @property
+    def engine(self) -> str:
+        return "embedded" if self.embedded else "llama-server" if self.binary is not None else "llama_cpp.server"
 
 
 def model_file(lv: LevelConfig) -> Path:
@@ -97,18 +122,21 @@ def model_groups(cfg: PoolConfig) -> dict[tuple[str, int, int | None], list[str]
     return found
 
 
-def plan_workers(cfg: PoolConfig, port: int = DEFAULT_PORT, binary: Path | None = None) -> list[Worker]:
-    """One worker per distinct (model, context, threads) among the embedded levels, in level order. A
-    llama-server worker answers to another alias, so its replies never share LLM-cache entries with
-    llama_cpp.server's (another sampler, other draws)."""
+def plan_workers(cfg: PoolConfig, port: int = DEFAULT_PORT, binary: Path | None = None, *,
+                 embedded: bool = False) -> list[Worker]:
+    """One worker per distinct (model, context, threads) among the embedded levels, in level order: a
+    llama-server (`binary`), LEMON's embedded backend (`embedded`, which wins), else llama_cpp.server. Each
+    engine answers to its own alias, so their replies never share LLM-cache entries (llama-server: another
+    sampler, other draws; embedded: replies banked with their log-probabilities, which llama_cpp.server's lack)."""
     found = model_groups(cfg)
     by_name = {lv.name: lv for lv in cfg.levels}
+    binary = None if embedded else binary
+    suffix = "-embedded" if embedded else "-llama-server" if binary else ""
     workers = []
     for k, ((model, n_ctx, n_threads), levels) in enumerate(found.items()):
         threads = n_threads or threads_from_env() or max(1, os.cpu_count() or 1)
-        alias = Path(model).stem.lower() + ("-llama-server" if binary else "")
-        workers.append(Worker(model, model_file(by_name[levels[0]]), alias, port + k, n_ctx, threads,
-                              tuple(levels), binary))
+        workers.append(Worker(model, model_file(by_name[levels[0]]), Path(model).stem.lower() + suffix, port + k,
+                              n_ctx, threads, tuple(levels), binary, embedded))
     return workers
 
 
@@ -127,7 +155,7 @@ def served_config(cfg: PoolConfig, workers: list[Worker], *, urls: Mapping[str, 
         level = {"name": lv.name, "backend": "openai", "model": w.alias, "base_url": url,
                  "concurrency": max(lv.concurrency, SERVED_CONCURRENCY), "timeout_s": SERVED_TIMEOUT_S,
                  "schema_style": "llama_cpp"}
-        if w.binary is not None:  # llama-server gives each reply's token log-probabilities: a gate may run there
+        if w.logprobs:  # llama-server and the embedded engine give each reply's token log-probabilities
             level["logprobs"] = True
         levels.append({**level, "api_key_env": api_key_env} if api_key_env else level)
     defaults = cfg.defaults.model_dump(mode="json", exclude_defaults=True)
@@ -138,7 +166,12 @@ def served_config(cfg: PoolConfig, workers: list[Worker], *, urls: Mapping[str, 
 
 def server_command(w: Worker) -> list[str]:
     """`python -m llama_cpp.server` for one worker (the same interpreter, so the same llama-cpp-python), or
-    llama-server with SERVED_CONCURRENCY slots of the level's context each (continuous batching)."""
+    llama-server with SERVED_CONCURRENCY slots of the level's context each (continuous batching), or LEMON's
+    embedded backend with the level's own settings (`embedded_server.py`)."""
+    if w.embedded:
+        return [sys.executable, "-m", "lemon.llm.embedded_server", "--model", str(w.path), "--alias", w.alias,
+                "--port", str(w.port), "--n-ctx", str(w.n_ctx), "--threads", str(w.n_threads),
+                "--gpu-layers", str(gpu_layers_from_env())]
     if w.binary is not None:
         return [str(w.binary), "--model", str(w.path), "--alias", w.alias, "--host", "127.0.0.1",
                 "--port", str(w.port), "--ctx-size", str(w.n_ctx * SERVED_CONCURRENCY),
@@ -166,10 +199,10 @@ def worker_port() -> int:
 
 
 def gate_routes(workers: list[Worker]) -> dict[str, Route]:
-    """`lemon serve`'s gate: each worker's alias to its server; log-probabilities and usage at the end of a
-    stream where it is llama-server."""
-    return {w.alias: Route(w.alias, w.base_url, logprobs=w.binary is not None, stream_usage=w.binary is not None)
-            for w in workers}
+    """`lemon serve`'s gate: each worker's alias to its server; log-probabilities where it gives them, usage at
+    the end of a stream where it is llama-server; the embedded engine's streams are asked of it whole."""
+    return {w.alias: Route(w.alias, w.base_url, logprobs=w.logprobs, stream_usage=w.binary is not None,
+                           streams=not w.embedded) for w in workers}
 
 
 def client_url(host: str, port: int) -> str:
@@ -245,12 +278,12 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 @contextlib.contextmanager
 def serving(pool: str, work_dir: Path, *, port: int = DEFAULT_PORT, startup_s: float = STARTUP_S,
             binary: Path | None = None, urls: Mapping[str, str] | None = None,
-            api_key_env: str | None = None) -> Iterator[Path]:
-    """Start a worker server per embedded model of `pool`, wait for all, yield the served pool file
-    (`work_dir/pool.yaml`, its levels on the servers or on `urls`; server logs beside it); stop the
-    servers on leaving, whatever happened."""
+            api_key_env: str | None = None, embedded: bool = False) -> Iterator[Path]:
+    """Start a worker server per embedded model of `pool` (`plan_workers` picks the engine), wait for all, yield
+    the served pool file (`work_dir/pool.yaml`, its levels on the servers or on `urls`; server logs beside
+    it); stop the servers on leaving, whatever happened."""
     cfg = read_pool_config(pool)
-    workers = plan_workers(cfg, port, binary)
+    workers = plan_workers(cfg, port, binary, embedded=embedded)
     for w in workers:
         _check_port_free(w.port)
     work_dir.mkdir(parents=True, exist_ok=True)
