@@ -63,7 +63,11 @@ TEAMS: dict[str, tuple[int, StopRule | None]] = {
     # taken alone, else agree 2 of 5. Scores come from the LLM cache's `scores` table; `--online` computes the
     # missing ones on the real pool (one teacher-forced pass per voter, no worker call: the samples are banked).
     **{f"sure {t} + agree 2 of 5": (5, StopRule(logprob=t, agree=2)) for t in GATES},
-    # cges: the vote's answer's confidence-weighted posterior (each reply weighed by its per-token probability).
+}
+#: Teams replayed only when `replay`'s `teams` names them: cges reads every voter's score, which a bank the gate
+#: runs filled (scores of the voters the gate reached) may lack.
+ON_REQUEST: dict[str, tuple[int, StopRule | None]] = {
+    # the vote's answer's confidence-weighted posterior (each reply weighed by its per-token probability)
     "posterior 0.95 of 5 (cges)": (5, StopRule(posterior=CGES_POSTERIOR)),
 }
 
@@ -91,11 +95,11 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
                  seeds: int | None = None, *, split: str = "test", online: bool = False,
                  orders: int = 1, mixed: tuple[str, ...] = (), gates: bool = True,
                  limit: int | None = None, teams: tuple[str, ...] | None = None) -> Replay:
-    """Every team of TEAMS (only those named in `teams` if given; without the rules that read scores unless
-    `gates`) on every (item, seed) the bank holds of the split's first `limit` items (None: all), through an
-    offline pool, in `orders` orders of the banked draws (`lemon.train.rollout.draw_orders`, the bank teacher's
-    and the trainer's); and per pair, how many of the 5 voters are wrong on their own (difficulty). `teams`
-    must keep `cot (voter 1)` and `sc-cot 5` (the difficulty count reads them)."""
+    """Every team of TEAMS (or those of TEAMS and ON_REQUEST that `teams` names; without the rules that read
+    scores unless `gates`) on every (item, seed) the bank holds of the split's first `limit` items (None: all),
+    through an offline pool, in `orders` orders of the banked draws (`lemon.train.rollout.draw_orders`, the bank
+    teacher's and the trainer's); and per pair, how many of the 5 voters are wrong on their own (difficulty).
+    `teams` must keep `cot (voter 1)` and `sc-cot 5` (the difficulty count reads them)."""
     keys, config = bank_keys(store, benchmark, level, seeds, split)
     if limit is not None:
         first = {str(i.id) for i in load_split(benchmark, split)[:limit]}
@@ -107,8 +111,9 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
                          max_tokens=None if max_tokens is None else int(max_tokens))  # type: ignore[call-overload]
     executor = Executor(pool, roles, params=params)
     items = {str(i.id): i for i in load_split(benchmark, split)}
-    specs = {name: vote_team(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()
-             if (gates or not needs_scores(rule)) and (teams is None or name in teams)}
+    catalogue = TEAMS if teams is None else {n: t for n, t in (TEAMS | ON_REQUEST).items() if n in teams}
+    specs = {name: vote_team(task.kind, level, n, rule) for name, (n, rule) in catalogue.items()
+             if gates or not needs_scores(rule)}
     specs |= {f"mixed {order}": mixed_team(task.kind, level, order) for order in mixed}
     out = {name: Outcome() for name in specs}
     wrong: dict[tuple[str, int], int] = {}
