@@ -29,6 +29,7 @@ import json
 import logging
 import statistics
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
@@ -169,9 +170,11 @@ def summary(name: str, outcomes: dict[str, object]) -> str:
     return f"| {name} | {acc:.1f} % | {tokens:,.0f} | {voters:.2f} |"
 
 
-def cross_validate(items: list[ItemDraws], folds: int, orders: int, price: float) -> dict[str, dict[str, object]]:
+def cross_validate(items: list[ItemDraws], folds: int, orders: int, price: float,
+                   shown: Callable[[ItemDraws], ItemDraws] = lambda d: d) -> dict[str, dict[str, object]]:
     """Per rule, each item's outcome when the learned rule was fit without the item's fold (folds by item, so
-    the seeds of one item stay together)."""
+    the seeds of one item stay together). The learned rule decides on `shown(item)` (e.g. its replies without
+    their log-probabilities: a pool that cannot score them), fit on the items as banked."""
     by_item = sorted({d.key.split("@")[0] for d in items})
     fold_of = {item: i % folds for i, item in enumerate(by_item)}
     results: dict[str, dict[str, object]] = {name: {} for name in [*fixed_rules(), "learned"]}
@@ -179,7 +182,7 @@ def cross_validate(items: list[ItemDraws], folds: int, orders: int, price: float
         train = [d for d in items if fold_of[d.key.split("@")[0]] != f]
         test = [d for d in items if fold_of[d.key.split("@")[0]] == f]
         policy = learn_policy("cv", train, orders=orders, price=price)
-        results["learned"] |= evaluate(lambda m, p=policy: p.decide(m)[0], test, orders)
+        results["learned"] |= evaluate(lambda m, p=policy: p.decide(m)[0], [shown(d) for d in test], orders)
         log.info("fold %d: stop_at %.2f verify_at %.2f", f, policy.stop_at, policy.verify_at)
     for name, rule in fixed_rules().items():
         results[name] = evaluate(rule, items, orders)  # type: ignore[assignment]

@@ -30,7 +30,7 @@ from pathlib import Path
 from lemon.benchmarks.registry import get_benchmark, load_split
 from lemon.errors import LemonError, run_script
 from lemon.evaluation.bank import bank_keys, vote_team
-from lemon.evaluation.baselines import GATE_LOGPROB, voter_team
+from lemon.evaluation.baselines import CGES_POSTERIOR, GATE_LOGPROB, voter_team
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.report import mcnemar_exact
 from lemon.evaluation.store import ResultsStore
@@ -64,6 +64,18 @@ TEAMS: dict[str, tuple[int, StopRule | None]] = {
     # missing ones on the real pool (one teacher-forced pass per voter, no worker call: the samples are banked).
     **{f"sure {t} + agree 2 of 5": (5, StopRule(logprob=t, agree=2)) for t in GATES},
 }
+#: Teams replayed only when `replay`'s `teams` names them: cges reads every voter's score, which a bank the gate
+#: runs filled (scores of the voters the gate reached) may lack.
+ON_REQUEST: dict[str, tuple[int, StopRule | None]] = {
+    # the vote's answer's confidence-weighted posterior (each reply weighed by its per-token probability)
+    "posterior 0.95 of 5 (cges)": (5, StopRule(posterior=CGES_POSTERIOR)),
+}
+
+
+def needs_scores(rule: StopRule | None) -> bool:
+    """Whether a team's rule reads its replies' log-probabilities (the gate, cges): it runs only on a pool that
+    scores replies, and replays only where the bank holds every score it reaches."""
+    return rule is not None and (rule.logprob is not None or rule.posterior is not None)
 
 
 @dataclass
@@ -81,11 +93,17 @@ Replay = tuple[dict[str, "Outcome"], dict[tuple[str, int], int]]
 
 async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str = "cpu",
                  seeds: int | None = None, *, split: str = "test", online: bool = False,
-                 orders: int = 1, mixed: tuple[str, ...] = (), gates: bool = True) -> Replay:
-    """Every team of TEAMS (without the logprob gates unless `gates`) on every (item, seed) the bank holds,
+                 orders: int = 1, mixed: tuple[str, ...] = (), gates: bool = True,
+                 limit: int | None = None, teams: tuple[str, ...] | None = None) -> Replay:
+    """Every team of TEAMS (or those of TEAMS and ON_REQUEST that `teams` names; without the rules that read
+    scores unless `gates`) on every (item, seed) the bank holds of the split's first `limit` items (None: all),
     through an offline pool, in `orders` orders of the banked draws (`lemon.train.rollout.draw_orders`, the bank
-    teacher's and the trainer's); and per pair, how many of the 5 voters are wrong on their own (difficulty)."""
+    teacher's and the trainer's); and per pair, how many of the 5 voters are wrong on their own (difficulty).
+    `teams` must keep `cot (voter 1)` and `sc-cot 5` (the difficulty count reads them)."""
     keys, config = bank_keys(store, benchmark, level, seeds, split)
+    if limit is not None:
+        first = {str(i.id) for i in load_split(benchmark, split)[:limit]}
+        keys = {k for k in keys if k[0] in first}
     task, roles = get_benchmark(benchmark), RoleLibrary.load()
     pool = load_pool(pool_name, offline=not online)
     max_tokens = config.get("max_tokens")
@@ -93,8 +111,9 @@ async def replay(benchmark: str, level: str, store: ResultsStore, pool_name: str
                          max_tokens=None if max_tokens is None else int(max_tokens))  # type: ignore[call-overload]
     executor = Executor(pool, roles, params=params)
     items = {str(i.id): i for i in load_split(benchmark, split)}
-    specs = {name: vote_team(task.kind, level, n, rule) for name, (n, rule) in TEAMS.items()
-             if gates or rule is None or rule.logprob is None}
+    catalogue = TEAMS if teams is None else {n: t for n, t in (TEAMS | ON_REQUEST).items() if n in teams}
+    specs = {name: vote_team(task.kind, level, n, rule) for name, (n, rule) in catalogue.items()
+             if gates or not needs_scores(rule)}
     specs |= {f"mixed {order}": mixed_team(task.kind, level, order) for order in mixed}
     out = {name: Outcome() for name in specs}
     wrong: dict[tuple[str, int], int] = {}

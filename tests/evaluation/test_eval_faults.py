@@ -145,7 +145,8 @@ async def test_an_eval_whose_orchestrator_wrote_unusable_specs_says_what_share(t
     assert summary.in_error == 0 and summary.stats.spec_sources == {"fallback": 2, "model": 2}
     with ResultsStore(tmp_path / "r.sqlite") as db:
         teams = {item: [a["role"] for a in top["agents"]] for (item, _), top in db.topologies(summary.run_id).items()}
-    fallback_team = ["math_solver"] * 3 + ["majority_vote"]  # the template's number team, not a solver + critic
+    # the template's number team (five prose, five program voters, the learned vote), not a solver + critic
+    fallback_team = ["math_solver"] * 5 + ["program_solver"] * 5 + ["majority_vote"]
     assert sorted(teams.values()) == [["math_solver"]] * 2 + [fallback_team] * 2
     lines = "\n".join(summary_lines(summary))
     assert "50 % of specs unusable (the fallback ran)" in lines and "repaired" not in lines

@@ -81,7 +81,8 @@ def test_unusable_output_runs_the_template_team_of_the_task_kind(roles: RoleLibr
         assert spec == team_spec(team_of(_TASKS[kind]), roles, LEVELS) == fallback_spec(_TASKS[kind], roles, LEVELS)
         assert len(warnings) == 1 and "using the default orchestration's team" in warnings[0]
     roles_run = {a.role for a in spec.agents}
-    assert roles_run == {"number": {"math_solver", "majority_vote"}, "choice": {"knowledge_expert", "majority_vote"},
+    assert roles_run == {"number": {"math_solver", "program_solver", "majority_vote"},
+                         "choice": {"knowledge_expert", "majority_vote"},
                          "code": {"programmer"}}[kind]
 
 
@@ -99,7 +100,7 @@ def test_extract_object_text_from_fenced_and_chatty_replies() -> None:
 def test_hostile_yaml_in_output_does_not_expand(roles: RoleLibrary) -> None:
     bomb = "a: &a [x,x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
     spec, source, _ = spec_from_output(bomb, "2+2?", roles, LEVELS)
-    assert source == "fallback" and len(spec.agents) == 4  # the number team: three voters and the vote
+    assert source == "fallback" and len(spec.agents) == 11  # the number team: 5 prose, 5 program voters, the vote
 
 
 def test_output_with_descendants_is_moved_to_the_sink_below_it() -> None:

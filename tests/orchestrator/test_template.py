@@ -99,6 +99,43 @@ def test_without_a_sandbox_a_code_task_with_examples_gets_one_programmer_and_a_w
     assert proposal.extra["team"] == "code_unchecked" and len(proposal.spec.agents) == 1
 
 
+def test_a_number_task_gets_the_learned_rule_over_the_banks_prose_and_program_voters() -> None:
+    """Issue 55: the number team is the learned rule (experiments/choose_default.py chose it on `train` items)
+    over sc-cot's five prose voters and sc-pot's five program voters, agent for agent (names aside, which no
+    request holds), so it draws the bank's samples; without a sandbox, esc's team, agent for agent."""
+    from lemon.evaluation.baselines import baseline_spec
+    from lemon.spec.model import StopRule
+
+    def shape(spec: object) -> list[tuple[str, str, str]]:
+        return [(a.role, a.duty, a.capacity) for a in spec.agents if a.name != "vote"]  # type: ignore[attr-defined]
+
+    assert team_of("What is 2 + 2?") == "number"
+    team = team_spec("number", ROLES, ("small", "large"))
+    prose, programs = baseline_spec("sc-cot", "number", level="large"), baseline_spec("sc-pot", "number", level="large")
+    assert shape(team) == shape(prose) + shape(programs)
+    vote = team.agent("vote")
+    assert vote.stop == StopRule(learned="number") and len(vote.depends_on) == 10 and team.output == "vote"
+    unchecked, esc = team_spec("number_unchecked", ROLES, ("small", "large")), baseline_spec("esc", "number",
+                                                                                             level="large")
+    assert shape(unchecked) == shape(esc) and unchecked.agent("vote").stop == esc.agents[-1].stop
+
+
+def test_without_a_sandbox_a_number_task_gets_prose_voters_and_a_warning(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from lemon.runtime import examples_gate
+
+    def missing() -> str:
+        raise SandboxError("`bwrap` not found on PATH: code checks need it; install bubblewrap")
+
+    monkeypatch.setattr(examples_gate, "sandbox", missing)
+    with caplog.at_level("WARNING", logger="lemon.orchestrator.kinds"):
+        assert team_of("Tom has 3 apples and buys 4 more. How many apples does he have?") == "number_unchecked"
+    assert "program voters cannot run here" in caplog.text and "bubblewrap" in caplog.text
+    proposal = asyncio.run(TemplateOrchestrator(ROLES, ("small", "large")).propose("What is 2 + 2?"))
+    assert proposal.extra["team"] == "number_unchecked"
+    assert {a.role for a in proposal.spec.agents} == {"math_solver", "majority_vote"}
+
+
 UNFENCED = ("Complete this function:\n\ndef add(a: int, b: int) -> int:\n    \"\"\"The sum.\n    >>> add(2, 3)\n"
             "    5\n    \"\"\"\n\nThanks!")
 

@@ -18,8 +18,9 @@ POOL = ("name: scripted\nlevels:\n  - {name: small, backend: scripted, model: s}
 
 @pytest.fixture
 def run_trace(tmp_path: Path, _isolated_home: Path) -> Path:
-    """The trace of a real `lemon run` (template orchestration: three voters that stop once two agree) on a
-    scripted pool file (its reply to this task holds a number, so an answer is extracted)."""
+    """The trace of a real `lemon run` (template orchestration: five prose and five program voters under the
+    learned stop rule, which stops here after two prose voters agree) on a scripted pool file (its reply to this
+    task holds a number, so an answer is extracted)."""
     pool = tmp_path / "pool.yaml"
     pool.write_text(POOL)
     proc = lemon("run", "What is 2 + 4?", "--pool", str(pool), home=_isolated_home)
@@ -42,7 +43,8 @@ def test_trace_reads_a_run_trace_by_id_and_by_file(run_trace: Path, _isolated_ho
     assert isinstance(payload, dict)
     assert payload["run"]["run_id"] == _id(run_trace) and payload["run"]["method"] == "template"
     assert payload["item"]["gold"] is None and payload["item"]["status"] == "ok"
-    assert [a["name"] for a in payload["agents"]] == ["solver", "solver_2", "solver_3", "vote"]
+    assert [a["name"] for a in payload["agents"]] == ["solver", *(f"solver_{i}" for i in range(2, 6)), "program",
+                                                      *(f"program_{i}" for i in range(2, 6)), "vote"]
     assert payload["trace"]["task"] == "What is 2 + 4?"
 
 

@@ -82,12 +82,21 @@ def _code_team(task: str) -> str:
     return "code"
 
 
+def _number_team(task: str) -> str:
+    """The learned rule over prose and program voters where the sandbox can run programs; else
+    `number_unchecked`, prose voters that stop once 2 agree (prompts/teams.yaml says why)."""
+    if why := sandbox_missing():
+        log.warning("program voters cannot run here (%s); prose voters answer this task unchecked", why)
+        return "number_unchecked"
+    return "number"
+
+
 def letters_equal(prediction: str, gold: str) -> bool:
     """The choice kind's grader: the same option letter."""
     return prediction.strip().upper() == gold.strip().upper()
 
 
-NUMBER = AnswerKind("number", detect=lambda task: True, extract=extract_number, team=lambda task: "number",
+NUMBER = AnswerKind("number", detect=lambda task: True, extract=extract_number, team=_number_team,
                     roles=("analyst", "math_solver", "critic", "final_decision_maker"),
                     check_gold=numbers_equal, program_role="program_solver")
 CHOICE = AnswerKind("choice", detect=_shows_options, extract=extract_choice, team=lambda task: "choice",
