@@ -15,7 +15,8 @@ does against the fixed stop rules on items it was not fit on.
    packaged policies: `stop: {learned: number}` reads src/lemon/spec/stops/policies/number.json).
 
 Usage: LEMON_DATA_DIR=../shared/data python experiments/learn_stop_rule.py [--store S] [--draws F]
-       [--splits gsm8k:train svamp:train ...] [--price 0.05] [--orders 8] [--out DIR] [--collect-only] [--score]
+       [--splits gsm8k:train svamp:train ...] [--price 0.05] [--orders 8] [--out DIR] [--collect-only]
+       [--score] [--pool cpu]
 --score: prose replies banked before replies carried their log-probability (AQuA and MMLU `dev`) are scored first,
 one teacher-forced pass each on the `cpu` pool's model, and the scores banked (`score_voters`).
 Rebuild the packaged policies: python experiments/learn_stop_rule.py (after experiments/runtime_bank.sh train).
@@ -85,11 +86,11 @@ async def score_voters(executor: Executor, bench: str, item: object, run_seed: i
 
 
 async def collect(store: ResultsStore, splits: list[str], known: dict[str, ItemDraws],
-                  score: bool = False) -> list[ItemDraws]:
+                  score: bool = False, pool_name: str = "cpu") -> list[ItemDraws]:
     """Every banked (item, seed) of `splits` as ItemDraws (those in `known` are not replayed again); with
     `score`, prose voters without a log-probability are scored first (`score_voters`)."""
-    pool, roles = load_pool("cpu", offline=True), RoleLibrary.load()
-    online = load_pool("cpu") if score else None
+    pool, roles = load_pool(pool_name, offline=True), RoleLibrary.load()
+    online = load_pool(pool_name) if score else None
     out = []
     for bench_split in splits:
         bench, split = bench_split.split(":")
@@ -213,6 +214,7 @@ def main() -> None:
     ap.add_argument("--orders", type=int, default=8)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--out", type=Path, default=POLICIES, help="folder of the policies (one file per answer kind)")
+    ap.add_argument("--pool", default="cpu", help="the pool the bank was drawn on (its `large` level)")
     ap.add_argument("--collect-only", action="store_true")
     ap.add_argument("--score", action="store_true",
                     help="score prose replies banked without a log-probability (one teacher-forced pass each)")
@@ -221,7 +223,7 @@ def main() -> None:
     known = {}
     if args.draws.is_file():
         known = {d.key: d for d in map(draws_from_json, args.draws.read_text().splitlines())}
-    items = asyncio.run(collect(ResultsStore(args.store), args.splits, known, args.score))
+    items = asyncio.run(collect(ResultsStore(args.store), args.splits, known, args.score, args.pool))
     write_atomic(args.draws, "".join(draws_to_json(d) + "\n" for d in items))
     log.info("%d (item, seed) pairs: %s", len(items), dict(Counter(d.key.split("/")[0] for d in items)))
     if not args.collect_only:

@@ -12,12 +12,17 @@
 #          items, choices to 10, 20, 30 after each), so a partial bank has every kind and is balanced.
 #   test   TEST items that judge it (never used to choose a design): GSM8K and SVAMP `test` items 1..150 x seeds
 #          0-1, prose and program voters; AQuA and MMLU (MMLU: its `val` evaluation split) items 1..60 x 2, prose.
-#          Grown seed 0 first, in steps of 30 items, so a partial bank is already a paired comparison.
-# Default: train then test. One `large` prose voter takes ~20 s per item on 2 cores (a program voter ~10 s; AQuA
+#          Grown seed 0 first, in steps of 30 items, so a partial bank is already a paired comparison. With the
+#          first step, MultiArith `test` items 1..30 x 2 too (prose and program): the six-benchmark table's number
+#          cells of the default, whose number team is the learned rule over prose and program voters.
+#   score  every prose reply of the stages' items that was banked before replies carried their log-probability
+#          (the six-benchmark table's and choice_team.sh's draws) scored once, teacher-forced, and the score
+#          banked (experiments/learn_stop_rule.py --score): the learned rule, the gate and cges read it.
+# Default: train, test, score. One `large` prose voter takes ~20 s per item on 2 cores (a program voter ~10 s; AQuA
 # and MMLU replies run to 1,024 tokens): the whole of both stages is tens of hours here, built over several
 # working periods. Export the bank at the end of each (`lemon cache export experiments/bank/cpu.jsonl.gz`).
 #
-# Usage: LEMON_DATA_DIR=../shared/data [JOBS=2 THREADS=1] [STORE=...] bash experiments/runtime_bank.sh [train] [test]
+# Usage: LEMON_DATA_DIR=../shared/data [JOBS=2 THREADS=1] [STORE=...] bash experiments/runtime_bank.sh [train] [test] [score]
 set -euo pipefail
 {  # read whole before it runs: an edit to this file cannot reach a run in progress
 home="${LEMON_HOME:-$HOME/.cache/lemon}"
@@ -26,7 +31,7 @@ pool="${POOL:-cpu}"
 train_limit="${TRAIN_LIMIT:-60}"
 choice_train_limit="${CHOICE_TRAIN_LIMIT:-30}"
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(train test)
+[ ${#stages[@]} -eq 0 ] && stages=(train test score)
 mkdir -p "$home"
 log="$store.runs.log"
 source "$(dirname "$0")/common.sh"  # import_bank, logged_eval (JOBS, THREADS)
@@ -66,15 +71,28 @@ test_stage() {
         voters aqua test "$n" "$s" sc-cot
         voters mmlu val "$n" "$s" sc-cot
       fi
+      if [ "$n" -le 30 ]; then
+        voters multiarith test "$n" "$s" sc-cot
+        voters multiarith test "$n" "$s" sc-pot
+      fi
     done
   done
+}
+
+score_stage() {  # prose replies without a log-probability: one teacher-forced pass each, banked
+  echo "$(date -u +%FT%TZ) commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
+    "python experiments/learn_stop_rule.py --collect-only --score" >> "$log"
+  python "$(dirname "$0")/learn_stop_rule.py" --store "$store" --draws "$home/runtime-draws-scored.jsonl" \
+    --collect-only --score --splits gsm8k:train svamp:train multiarith:train aqua:dev mmlu:dev \
+    gsm8k:test svamp:test multiarith:test aqua:test mmlu:val
 }
 
 for stage in "${stages[@]}"; do
   case "$stage" in
     train) train_stage ;;
     test) test_stage ;;
-    *) echo "runtime_bank: unknown stage '$stage'; use train and/or test" >&2; exit 2 ;;
+    score) score_stage ;;
+    *) echo "runtime_bank: unknown stage '$stage'; use train, test and/or score" >&2; exit 2 ;;
   esac
 done
 exit 0
