@@ -511,8 +511,10 @@ def export_csv_cmd(
 
     console = consoles().out
     dest = output_file(out, file, "results.csv")
-    parts, n, n_runs = [], 0, 0
-    for target in run_ids or [None]:
+    parts: list[str] = []
+    n, n_runs = 0, 0
+    targets: list[str | None] = list(run_ids) if run_ids else [None]
+    for target in targets:
         with open_source(target, _store_path(store)) as src:
             runs = [src.run] if src.run is not None else src.db.runs()
             text, rows = results_csv(src.db, runs)

@@ -38,6 +38,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -180,6 +181,11 @@ class RunInfo:
     def max_tokens(self) -> int | None:
         """The reply limit the run recorded (None: the pool's, or none recorded)."""
         return self._count("max_tokens")
+
+    @property
+    def limit(self) -> int | None:
+        """The `--limit` the run was created with (None: the whole split, or none recorded)."""
+        return self._count("limit")
 
     @property
     def budget_tokens(self) -> int | None:
@@ -384,7 +390,7 @@ class ResultsStore:
 
     def runs(self) -> list[RunInfo]:
         rows = self._rows("SELECT * FROM runs ORDER BY benchmark, method, created")
-        return [self._decoded("runs", repr(r["run_id"]), lambda r=r: _run_info(r)) for r in rows]
+        return [self._decoded("runs", repr(r["run_id"]), partial(_run_info, r)) for r in rows]
 
     # ---- items ------------------------------------------------------------------------------------------
 
@@ -468,7 +474,7 @@ class ResultsStore:
 
     def done_keys(self, run_id: str) -> set[tuple[str, int]]:
         rows = self._rows("SELECT item_id, seed FROM items WHERE run_id = ?", (run_id,))
-        return {self._decoded("items", (run_id, r["item_id"]), lambda r=r: _key(r)) for r in rows}
+        return {self._decoded("items", (run_id, r["item_id"]), partial(_key, r)) for r in rows}
 
     def pending_items(self, run_id: str, keys: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
         """The (item_id, seed) keys not yet stored for `run_id`, in the order given."""
@@ -483,7 +489,7 @@ class ResultsStore:
         wanted_seeds = set(seeds) if seeds is not None else None
         out = []
         for r in rows:
-            row = self._decoded("items", (run_id, r["item_id"], r["seed"]), lambda r=r: _item_row(r))
+            row = self._decoded("items", (run_id, r["item_id"], r["seed"]), partial(_item_row, r))
             if wanted_items is not None and row.item_id not in wanted_items:
                 continue
             if wanted_seeds is not None and row.seed not in wanted_seeds:
@@ -525,7 +531,7 @@ class ResultsStore:
         rows = self._rows("SELECT item_id, seed, result_json FROM explanations WHERE run_id = ? ORDER BY item_id, seed",
                           (run_id,))
         return [self._decoded("explanations", (run_id, r["item_id"], r["seed"]),
-                              lambda r=r: _object(r["result_json"], "result_json")) for r in rows]
+                              partial(_object, r["result_json"], "result_json")) for r in rows]
 
     def traces(self, run_id: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Trace]:
         """The stored traces of the given (item, seed) keys of a run, each read through the typed model."""
@@ -533,10 +539,10 @@ class ResultsStore:
         rows = self._rows("SELECT item_id, seed, trace_json FROM traces WHERE run_id = ?", (run_id,))
         found: dict[tuple[str, int], Trace] = {}
         for r in rows:
-            key = self._decoded("traces", (run_id, r["item_id"]), lambda r=r: _key(r))
+            key = self._decoded("traces", (run_id, r["item_id"]), partial(_key, r))
             if key in wanted:
                 found[key] = self._decoded("traces", (run_id, *key),
-                                           lambda r=r, key=key: self._trace(r["trace_json"], (run_id, *key)))
+                                           partial(self._trace, r["trace_json"], (run_id, *key)))
         return found
 
     def _check_trace_versions(self, run_id: str) -> None:
@@ -558,7 +564,7 @@ class ResultsStore:
         rows = self._rows("SELECT item_id, seed, CASE WHEN json_valid(trace_json) THEN "
                           "substr(json_extract(trace_json, '$.task'), 1, ?) END AS task FROM traces WHERE run_id = ?",
                           (max_chars, run_id))
-        return {self._decoded("traces", (run_id, r["item_id"]), lambda r=r: _key(r)): str(r["task"]) for r in rows
+        return {self._decoded("traces", (run_id, r["item_id"]), partial(_key, r)): str(r["task"]) for r in rows
                 if r["task"]}
 
     def topologies(self, run_id: str) -> dict[tuple[str, int], dict[str, object]]:
@@ -567,8 +573,8 @@ class ResultsStore:
         self._check_trace_versions(run_id)
         rows = self._rows("SELECT item_id, seed, json_extract(trace_json, '$.topology') AS top FROM traces "
                           "WHERE run_id = ? AND json_valid(trace_json)", (run_id,))
-        return {self._decoded("traces", (run_id, r["item_id"]), lambda r=r: _key(r)):
-                self._decoded("traces", (run_id, r["item_id"], r["seed"]), lambda r=r: _object(r["top"], "topology"))
+        return {self._decoded("traces", (run_id, r["item_id"]), partial(_key, r)):
+                self._decoded("traces", (run_id, r["item_id"], r["seed"]), partial(_object, r["top"], "topology"))
                 for r in rows if r["top"]}
 
     def spec_sources(self, run_id: str) -> dict[str, int]:

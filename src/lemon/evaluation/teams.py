@@ -66,8 +66,8 @@ def voters_wrong(store: ResultsStore, run: RunInfo) -> dict[Key, int]:
     wrong: dict[Key, int] = {}
     for key, trace in store.traces(reference.run_id, golds).items():
         votes = next((e.get("votes") for e in trace.events if e.get("type") == "return" and e.get("votes")), None)
-        if votes and golds[key] is not None:
-            item = Item(id=key[0], question="", answer=golds[key])  # what a grader reads: the gold (as explain)
+        if votes and (gold := golds[key]) is not None:
+            item = Item(id=key[0], question="", answer=gold)  # what a grader reads: the gold (as explain)
             wrong[key] = sum(not (v and bench.check(v, item)) for v in votes.values())
     return wrong
 

@@ -372,7 +372,7 @@ def plan_trace(run: RunInfo, row: ItemRow, trace: Trace, pool: Pool, *, gold: st
     seed = int(system.get("seed") or 0)
     cache = prime_cache(executor, spec, task, seed, trace)
     check = gold_checker(run.split, gold)
-    correct = check(trace.contents.get(spec.output, ""))[1]
+    correct = check(trace.contents.get(spec.final_agent(), ""))[1]
     edits = plan_edits(spec, pool, roles, _stored_tokens(trace), max_edits=max_edits, budget_tokens=budget_tokens)
     attribution = Attribution(run_id=run.run_id, item_id=row.item_id, seed=row.seed, task=task,
                               spec=spec.model_dump(mode="json"),
