@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from pathlib import Path
@@ -32,7 +31,7 @@ def stored_programs(store: ResultsStore, run_id: str, n: int) -> tuple[list[str]
     replies: list[str] = []
     latency = 0.0
     for row in rows:
-        contents = json.loads(traces[(row.item_id, row.seed)])["contents"]
+        contents = traces[(row.item_id, row.seed)].contents
         found = [text for text in contents.values() if program_code(text) is not None]
         if not found:
             continue

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import ast
 import functools
-import json
 import operator
 import re
 from collections import Counter
@@ -104,10 +103,9 @@ def study(store: ResultsStore, bench: Benchmark, items: dict[str, Item], split: 
         if not (is_bank_run(run) and (run.benchmark, run.split, run.level) == (bench.name, split, level)):
             continue
         found = store.traces(run.run_id, sorted(keys))
-        for (item_id, _seed), text in found.items():
-            trace = json.loads(text)
-            topology, contents = trace["topology"], trace["contents"]
-            voters = [a["name"] for a in topology["agents"] if a["name"] != topology["output"]]
+        for (item_id, _seed), trace in found.items():
+            topology, contents = trace.topology, trace.contents
+            voters = [a["name"] for a in topology.get("agents", []) if a["name"] != topology.get("output")]
             counts += _pair_counts(bench, items[item_id], [contents.get(v) or "" for v in voters])
         keys -= set(found)
     return counts

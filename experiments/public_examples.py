@@ -21,7 +21,6 @@ Usage: python experiments/public_examples.py [--store S] [--methods sc-cot chain
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,6 +34,7 @@ from lemon.evaluation.store import ResultsStore, RunInfo
 from lemon.extract import humaneval_program
 from lemon.paths import lemon_home
 from lemon.runtime.examples_gate import EXAMPLES_TIMEOUT_S, TaskExamples, task_examples
+from lemon.runtime.trace import Trace
 from lemon.sandbox.runner import Limits, run_check
 
 BENCHMARK = "humaneval"
@@ -53,12 +53,11 @@ def passes_examples(code: str, item: Item, examples: TaskExamples) -> bool:
                      Limits(timeout_s=EXAMPLES_TIMEOUT_S)).passed
 
 
-def candidates(trace: Mapping[str, object]) -> list[str]:
+def candidates(trace: Trace) -> list[str]:
     """The agents in the rule's order: the output first, then the spec's agents."""
-    topology = trace["topology"]
-    assert isinstance(topology, dict)
-    names = [a["name"] for a in topology["agents"]]
-    return [topology["output"], *[n for n in names if n != topology["output"]]]
+    output = trace.topology.get("output", "")
+    names = [a["name"] for a in trace.topology.get("agents", [])]
+    return [output, *[n for n in names if n != output]]
 
 
 def chosen(order: Sequence[str], codes: Mapping[str, str | None], passing: Mapping[str, bool]) -> str:
@@ -89,13 +88,11 @@ def latest_run(store: ResultsStore, method: str, split: str, level: str) -> RunI
     return max(found, key=lambda r: r.created) if found else None
 
 
-def independent_voters(trace: Mapping[str, object]) -> list[str]:
+def independent_voters(trace: Trace) -> list[str]:
     """The agents that read no other agent, in the spec's order, when every non-output agent is one (a vote
     team); else []: only such a team can be drawn one agent at a time."""
-    topology = trace["topology"]
-    assert isinstance(topology, dict)
-    voters = [a for a in topology["agents"] if a["name"] != topology["output"]]
-    return [a["name"] for a in voters] if all(not a["depends_on"] for a in voters) else []
+    voters = [a for a in trace.topology.get("agents", []) if a["name"] != trace.topology.get("output")]
+    return [a["name"] for a in voters] if all(not a.get("depends_on") for a in voters) else []
 
 
 def stop_at_first_pass(voters: Sequence[str], passing: Mapping[str, bool], output: str,
@@ -115,12 +112,12 @@ def study_run(store: ResultsStore, run: RunInfo, items: Mapping[str, Item],
     """Per (item, seed) pair with two replies or more: the output's, the rule's and (vote teams) the stop
     rule's answers graded by the upstream tests, the stop rule's tokens, and whether some agent passed."""
     bench, rows = get_benchmark(BENCHMARK), {(r.item_id, r.seed): r for r in store.items(run.run_id)}
-    pairs = [(key, items[key[0]], json.loads(text)) for key, text in store.traces(run.run_id, rows).items()
+    pairs = [(key, items[key[0]], trace) for key, trace in store.traces(run.run_id, rows).items()
              if key[0] in items]
-    pairs = [(key, item, trace) for key, item, trace in pairs if len(trace.get("contents") or {}) >= 2]
-    codes = [{a: bench.extract(t or "", item) for a, t in trace["contents"].items()} for _, item, trace in pairs]
+    pairs = [(key, item, trace) for key, item, trace in pairs if len(trace.contents) >= 2]
+    codes = [{a: bench.extract(t or "", item) for a, t in trace.contents.items()} for _, item, trace in pairs]
     runner.run([(item, c) for (_, item, _), got in zip(pairs, codes, strict=True) for c in got.values() if c])
-    graded = ReplyGrader(bench, runner.threads).grade([(item, trace["contents"]) for _, item, trace in pairs])
+    graded = ReplyGrader(bench, runner.threads).grade([(item, trace.contents) for _, item, trace in pairs])
     found = {}
     for (key, item, trace), got, right in zip(pairs, codes, graded, strict=True):
         order = candidates(trace)

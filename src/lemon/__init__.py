@@ -30,9 +30,26 @@ SmolLM2 generated 22-27 tok/s with the default policy and 41-46 tok/s with PASSI
 """
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from lemon.errors import LemonError
+
+if TYPE_CHECKING:  # a type checker reads the API's own signatures; at run time `__getattr__` imports it lazily
+    from lemon.api import Result as Result
+    from lemon.api import RunObserver as RunObserver
+    from lemon.api import Spec as Spec
+    from lemon.api import Trace as Trace
+    from lemon.api import TraceNotSaved as TraceNotSaved
+    from lemon.api import aevaluate as aevaluate
+    from lemon.api import aexecute as aexecute
+    from lemon.api import aexplain as aexplain
+    from lemon.api import arun as arun
+    from lemon.api import evaluate as evaluate
+    from lemon.api import execute as execute
+    from lemon.api import explain as explain
+    from lemon.api import load_pool as load_pool
+    from lemon.api import read_trace as read_trace
+    from lemon.api import run as run
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -43,7 +60,7 @@ __all__ = ["LemonError", *API]
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """`lemon.run` and the rest of the API, imported from `lemon.api` when first asked for."""
     if name in API:
         from lemon import api

@@ -42,6 +42,11 @@ class StorageError(LemonError):
     belongs to another program, or is damaged; the message names the file and how to move it aside."""
 
 
+class TraceError(LemonError):
+    """A saved or stored trace that this LEMON cannot read (a newer format version); the message names the trace
+    and the fix."""
+
+
 def run_script(main: Callable[[], object]) -> None:
     """Run the `main` of a script in experiments/ or benchmarks/ as the CLI runs a command: a LemonError (a
     missing data folder, a store without the run) ends it with its one line on stderr and exit code 2 instead of a

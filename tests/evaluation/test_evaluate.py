@@ -46,8 +46,8 @@ async def test_rows_traces_accuracy_and_concurrency_bound(tmp_path: Path, data_d
     for r in rows:
         assert r.correct is True and r.status == "ok" and r.total_tokens > 0 and "solver" in r.tokens
         trace = db_traces[(r.item_id, r.seed)]
-        assert trace is not None and trace["trace_id"] == r.trace_id and trace["events"]
-        assert trace["task_id"] == r.item_id  # e.g. "multiarith/3", the id `lemon trace` takes
+        assert trace is not None and trace.trace_id == r.trace_id and trace.events
+        assert trace.task_id == r.item_id  # e.g. "multiarith/3", the id `lemon trace` takes
     # same command again: nothing recomputed
     again = await evaluate_kw("multiarith", "vanilla", limit=6, seeds=2, concurrency=3, store=store,
                               data_dir=data_dir, pool="scripted-oracle", level="small",

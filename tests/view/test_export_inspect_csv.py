@@ -82,11 +82,11 @@ def test_inspect_log_carries_the_agents_as_events(stored: Stored, tmp_path: Path
             calls = [e for e in s.events if e.event == "model"]
             assert [c.role for c in calls] == ["solver", "checker", "final"]
             for c in calls:
-                sent = [(p["role"], p["content"]) for p in trace["prompts"][c.role]]
+                sent = [(p["role"], p["content"]) for p in trace.prompts[c.role]]
                 assert [(m.role, m.text) for m in c.input] == sent
-                assert c.output.completion == trace["contents"][c.role] and c.model == "scripted-good"
+                assert c.output.completion == trace.contents[c.role] and c.model == "scripted-good"
                 assert c.span_id == f"agent-{c.role}" and c.output.usage is not None
-                assert c.output.usage.total_tokens == sum(trace["metrics"]["tokens_by_agent"][c.role][k]
+                assert c.output.usage.total_tokens == sum(trace.metrics["tokens_by_agent"][c.role][k]
                                                           for k in ("prompt", "completion"))
 
 

@@ -17,7 +17,8 @@ from opentelemetry.trace import StatusCode
 from lemon.evaluation.store import ItemRow, ResultsStore
 from lemon.inspection.export_otel import ROOT_NODE, build_spans, finish_reason
 from lemon.inspection.itemview import agent_records
-from lemon.inspection.tracefile import trace_store
+from lemon.inspection.tracefile import read_trace, trace_store
+from lemon.runtime.trace import Trace
 from tests.llm.servers import QuietHandler, free_port, root_url, serving
 
 from .conftest import Stored, assert_one_line_error, lemon
@@ -121,12 +122,12 @@ def test_unreachable_endpoint_is_one_line_and_sends_nothing(stored: Stored, _iso
                                 str(stored.store), home=_isolated_home), "expected an http(s) URL")
 
 
-def _vote_spans(tmp_path: Path) -> tuple[dict, list]:  # type: ignore[type-arg]
+def _vote_spans(tmp_path: Path) -> tuple[Trace, list]:  # type: ignore[type-arg]
     """A `lemon run` of three voters and a vote (no gold answer), exported with content."""
     path = _run(_voters(["The answer is 5.", "The answer is 6.", "So 5."]), _team(3), tmp_path)
     db, run = trace_store(path)
     with db:
-        return json.loads(path.read_text()), list(build_spans(db, run, include_content=True))
+        return read_trace(path), list(build_spans(db, run, include_content=True))
 
 
 def test_the_agent_graph_is_in_the_trace(tmp_path: Path) -> None:
@@ -156,16 +157,16 @@ def test_each_span_has_its_kind_status_and_reply(tmp_path: Path) -> None:
     chats = [s for s in spans if s.attributes[OI.OPENINFERENCE_SPAN_KIND] == Kind.LLM.value]
     assert len(chats) == 3
     for c in chats:
-        reply = trace["contents"][c.attributes["gen_ai.agent.name"]]
+        reply = trace.contents[c.attributes["gen_ai.agent.name"]]
         (message,) = json.loads(c.attributes["gen_ai.output.messages"])
         assert message["finish_reason"] == "stop" and message["parts"] == [{"type": "text", "content": reply}]
         assert c.attributes["gen_ai.response.finish_reasons"] == ("stop",)
         assert c.attributes[OI.OUTPUT_VALUE] == reply
     vote = next(s for s in spans if s.name == "invoke_agent vote")
-    assert vote.attributes[OI.OUTPUT_VALUE] == trace["contents"]["vote"]
+    assert vote.attributes[OI.OUTPUT_VALUE] == trace.contents["vote"]
     (root,) = [s for s in spans if s.parent is None]
-    assert root.attributes[OI.INPUT_VALUE] == trace["task"] and root.attributes[OI.OUTPUT_VALUE] == \
-        trace["contents"]["vote"]
+    assert root.attributes[OI.INPUT_VALUE] == trace.task and root.attributes[OI.OUTPUT_VALUE] == \
+        trace.contents["vote"]
     assert "lemon.correct" not in root.attributes and "lemon.gold" not in root.attributes  # no gold: unscored
 
 
@@ -184,8 +185,9 @@ def test_an_item_that_failed_is_an_error_span(tmp_path: Path) -> None:
 
 
 def test_a_reply_that_used_every_token_was_cut() -> None:
-    (a,) = agent_records({"topology": {"agents": [{"name": "s", "role": "math_solver", "capacity": "small"}]},
-                          "events": [{"type": "return", "agent": "s", "completion_tokens": 64, "t": 1.0}]})
+    (a,) = agent_records(Trace.from_json({
+        "topology": {"agents": [{"name": "s", "role": "math_solver", "capacity": "small"}]},
+        "events": [{"type": "return", "agent": "s", "completion_tokens": 64, "t": 1.0}]}))
     assert finish_reason(a, 64) == "length" and finish_reason(a, 65) == "stop" and finish_reason(a, None) == "stop"
 
 

@@ -25,6 +25,7 @@ from openinference.semconv.trace import SpanAttributes as OI
 
 from lemon.inspection.export_otel import ROOT_NODE
 from lemon.inspection.itemview import agent_records
+from lemon.inspection.tracefile import read_trace
 from tests.llm.servers import free_port, stop_process, wait_until_answers
 
 from .conftest import Stored, lemon
@@ -76,7 +77,7 @@ def _export(url: str, target: str, store: Path, home: Path) -> int:
 def test_phoenix_shows_the_agent_graph_and_each_reply(phoenix: str, stored: Stored, tmp_path: Path,
                                                       _isolated_home: Path) -> None:
     path = _run(_voters(["The answer is 5.", "The answer is 6.", "So 5."]), _team(3), tmp_path)
-    trace = json.loads(path.read_text())
+    trace = read_trace(path)
     sent = _export(phoenix, str(path), stored.store, _isolated_home)
     sent += _export(phoenix, stored.good, stored.store, _isolated_home)
     spans = _spans(phoenix, sent)
@@ -94,9 +95,9 @@ def test_phoenix_shows_the_agent_graph_and_each_reply(phoenix: str, stored: Stor
     (root,) = [s for s in mine if s["parent_id"] is None]
     assert root["attributes"][OI.GRAPH_NODE_ID] == ROOT_NODE and "lemon.correct" not in root["attributes"]
     for name, s in agents.items():
-        assert s["attributes"][OI.OUTPUT_VALUE] == trace["contents"][name]  # the Output pane: the agent's reply
+        assert s["attributes"][OI.OUTPUT_VALUE] == trace.contents[name]  # the Output pane: the agent's reply
     for s in (s for s in mine if s["span_kind"] == Kind.LLM.value):
-        reply = trace["contents"][s["attributes"]["gen_ai.agent.name"]]
+        reply = trace.contents[s["attributes"]["gen_ai.agent.name"]]
         assert s["attributes"][OI.OUTPUT_VALUE] == reply
         assert s["attributes"][f"{OI.LLM_OUTPUT_MESSAGES}.0.{Msg.MESSAGE_CONTENT}"] == reply
     scored = [s for s in spans if s["parent_id"] is None and s["context"]["trace_id"] != vote_trace]

@@ -18,11 +18,12 @@ from lemon.inspection.explain import explain_spec
 from lemon.inspection.export_otel import build_spans
 from lemon.inspection.export_table import results_csv
 from lemon.inspection.itemview import agent_records, item_payload
-from lemon.inspection.tracefile import trace_store
+from lemon.inspection.tracefile import read_trace, trace_store
 from lemon.llm.base import ChatRequest, GenParams
 from lemon.llm.cache import CachedBackend, SQLiteCache
 from lemon.llm.scripted import ScriptedBackend
 from lemon.runtime import Executor
+from lemon.runtime.trace import Trace
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.roles import RoleLibrary
 from tests.pools import scripted_pool
@@ -63,7 +64,7 @@ def _payload(path: Path) -> dict:  # type: ignore[type-arg]
 
 def _shown(payload: dict) -> str:  # type: ignore[type-arg]
     console = Console(record=True, width=240)
-    console.print(render_item(payload))
+    console.print(render_item(payload, Trace.from_json(payload["trace"])))
     return " ".join(console.export_text().split())
 
 
@@ -76,7 +77,7 @@ def test_an_llm_cache_hit_is_a_cache_hit_everywhere(tmp_path: Path) -> None:
     assert trace["metrics"]["llm_cache_hits"] == 3
     returns = {e["agent"]: e for e in trace["events"] if e["type"] == "return"}
     assert all(returns[v]["cached"] for v in ("v0", "v1", "v2"))
-    assert [a.cached for a in agent_records(trace)] == [True, True, True, False]  # the vote made no call
+    assert [a.cached for a in agent_records(read_trace(again))] == [True, True, True, False]  # the vote made no call
     assert _shown(_payload(again)).count("cache hit yes") == 3
     db, run = trace_store(again)
     with db:
@@ -105,7 +106,7 @@ def test_explain_counts_llm_cache_hits(tmp_path: Path) -> None:
 def test_latency_is_model_time_and_queueing_is_apart(tmp_path: Path) -> None:
     """Three voters on one level that takes one call at a time: the third waits for two calls, then runs one."""
     path = _run(_voters(["The answer is 5."] * 3, latency_s=0.2), _team(3), tmp_path, concurrency=1)
-    agents = {a.name: a for a in agent_records(json.loads(path.read_text()))}
+    agents = {a.name: a for a in agent_records(read_trace(path))}
     third = max((agents[v] for v in ("v0", "v1", "v2")), key=lambda a: a.queued_s or 0.0)
     assert third.queued_s is not None and third.queued_s >= 0.39
     assert third.latency_s is not None and 0.19 <= third.latency_s < third.queued_s
@@ -115,7 +116,7 @@ def test_latency_is_model_time_and_queueing_is_apart(tmp_path: Path) -> None:
 
 def test_the_vote_shows_its_tally(tmp_path: Path) -> None:
     path = _run(_voters(["The answer is 5.", "The answer is 6.", "So 5."]), _team(3), tmp_path)
-    vote = next(a for a in agent_records(json.loads(path.read_text())) if a.name == "vote")
+    vote = next(a for a in agent_records(read_trace(path)) if a.name == "vote")
     assert vote.votes == {"v0": "5", "v1": "6", "v2": "5"}
     text = _shown(_payload(path))
     assert "tally: 5 x2 (v0, v2); 6 x1 (v1)" in text and "not recorded" not in text

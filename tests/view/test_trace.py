@@ -27,9 +27,9 @@ def test_trace_holds_task_prompts_models_tokens(stored: Stored) -> None:
         trace = db.trace(stored.good, item)
         row = next(r for r in db.items(stored.good) if r.item_id == item)
     assert trace is not None
-    assert stored.questions[item] in trace["task"]
-    assert trace["system"]["models"] == {"small": "scripted-good", "medium": "scripted-good", "large": "scripted-good"}
-    assert trace["rewards"] == {"correct": 1.0}
+    assert trace.task is not None and stored.questions[item] in trace.task
+    assert trace.system["models"] == {"small": "scripted-good", "medium": "scripted-good", "large": "scripted-good"}
+    assert trace.rewards == {"correct": 1.0}
     agents = {a.name: a for a in agent_records(trace)}
     assert set(agents) == set(row.tokens) and len(agents) == 3
     for name, a in agents.items():
@@ -59,7 +59,7 @@ def test_orchestrator_raw_output_and_repairs_are_in_the_trace(tmp_path: Path, da
         (row,) = db.items(summary.run_id)
         trace = db.trace(summary.run_id, row.item_id)
     assert trace is not None
-    (decision,) = [e for e in trace["events"] if e["type"] == "orchestrator_decision"]
+    (decision,) = [e for e in trace.events if e["type"] == "orchestrator_decision"]
     assert decision["raw"] == raw and decision["source"] == "repaired"
     assert any("nobody" in w for w in decision["warnings"])
     assert decision["prompt_tokens"] > 0 and decision["completion_tokens"] > 0
@@ -67,9 +67,10 @@ def test_orchestrator_raw_output_and_repairs_are_in_the_trace(tmp_path: Path, da
 
 def test_an_old_trace_without_the_new_fields_still_loads(stored: Stored, _isolated_home: Path) -> None:
     with ResultsStore(stored.store) as db:
-        trace = db.trace(stored.good, stored.items[0])
-    assert trace is not None
-    old = {k: v for k, v in trace.items() if k not in ("task", "prompts")}
+        stored_trace = db.trace(stored.good, stored.items[0])
+    assert stored_trace is not None
+    trace = stored_trace.to_json()
+    old = {k: v for k, v in trace.items() if k not in ("task", "prompts", "version")}
     old["system"] = {k: v for k, v in old["system"].items() if k != "models"}
     old["metrics"] = {k: v for k, v in old["metrics"].items() if k != "tokens_by_agent"}
     for e in old["events"]:
@@ -77,7 +78,7 @@ def test_an_old_trace_without_the_new_fields_still_loads(stored: Stored, _isolat
             e.pop(k, None)
     assert Trace.from_json(old).task is None and Trace.from_json(old).prompts == {}
     assert Trace.from_json(trace).to_json() == trace  # round trip of a new one
-    records = agent_records(old)
+    records = agent_records(Trace.from_json(old))
     assert records and all(r.prompt is None and r.output for r in records)
     db = sqlite3.connect(stored.store)
     db.execute("UPDATE traces SET trace_json = ? WHERE run_id = ? AND item_id = ?",

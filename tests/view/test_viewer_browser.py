@@ -57,7 +57,7 @@ def test_viewer_pages_in_chromium(stored: Stored, tmp_path: Path, data_dir: Path
         assert all(n.get_attribute("data-capacity") == "small" and "small" in n.text for n in nodes)
         d.find_element(By.CSS_SELECTOR, '#dag .node[data-agent="checker"]').click()
         shown = d.find_element(By.ID, "agent-output").text
-        assert shown == trace["contents"]["checker"].strip() and "[bold red]not markup[/]" in shown
+        assert shown == trace.contents["checker"].strip() and "[bold red]not markup[/]" in shown
         detail = d.find_element(By.ID, "agent-detail").text
         assert "model scripted-good" in detail and "prompt +" in detail and "cache hit" in detail
         # the attribution chart: one bar per edit that ran

@@ -30,6 +30,7 @@ from lemon.paths import ensure_dir, runs_dir
 from lemon.runtime.budget import Budget, check_positive_int, check_timeout, prompt_token_bound
 from lemon.runtime.executor import Executor, RunResult, VoteKey
 from lemon.runtime.trace import AgentTokens, Trace, TraceEvent
+from lemon.spec.model import Spec as PlainSpec  # what the runtime and an orchestrator hand on (lemon.Spec's base)
 from lemon.spec.roles import RoleLibrary
 
 T = TypeVar("T")
@@ -278,7 +279,7 @@ async def _exec_spec(spec: Spec, task: str, pool: PoolRef, settings: RunSettings
     return _result(task, spec, run, pool, None)
 
 
-def check_budget_covers_a_call(pool: Pool, roles: RoleLibrary, spec: Spec, task: str, settings: RunSettings,
+def check_budget_covers_a_call(pool: Pool, roles: RoleLibrary, spec: PlainSpec, task: str, settings: RunSettings,
                                spent: int = 0) -> None:
     """A token budget below the worst case of the run's cheapest first call (an agent that reads no other: its
     prompt bound plus the reply limit) is refused before anything runs or loads, saying what that call needs.

@@ -31,12 +31,13 @@ def read_trace(trace: str | Path) -> Trace:
     """The trace a run saved, typed (`lemon.runtime.trace.Trace`: `events`, `edges`, `contents` (each agent's
     reply), `prompts` (each agent's messages), `topology` (the spec), `costs`, `metrics`, `system` (the pool,
     seed and sampling settings), `task`). `trace` is the file's path or its id (`Result.trace.trace_id`, or a
-    unique prefix of 4+ characters) in LEMON_HOME/runs. A missing or foreign file is one `LemonError` line."""
+    unique prefix of 4+ characters) in LEMON_HOME/runs. A trace of an older format comes back upgraded; a missing
+    or foreign file, or a trace newer than this LEMON reads, is one `LemonError` line."""
     path = Path(trace).expanduser() if Path(trace).expanduser().is_file() else find_trace(str(trace))
     if path is None:
         raise LemonError(f"no trace {str(trace)!r}: neither a trace file nor the id of one in LEMON_HOME/runs; pass "
                          "the path or id `lemon run` printed (`Result.trace_path`)")
-    return Trace.from_json(read_trace_file(path))
+    return read_trace_file(path)
 
 
 def explain(target: str | Path | Spec, item: str | None = None, *, seed: int = 0, store: str | Path | None = None,

@@ -29,22 +29,29 @@ CODE_INSTRUCTION = ("Complete the Python function below. Reply with the complete
                     "and body, with any imports it needs) in a single ```python code block.")
 
 
+def _meta(item: Item, key: str) -> str:
+    """One of the HumanEval fields `_parse` keeps in `item.meta` (each checked to be text there)."""
+    value = item.meta[key]
+    if not isinstance(value, str):
+        raise TypeError(f"HumanEval item {item.id}: its {key} is {type(value).__name__}, not text")
+    return value
+
+
 def code_prompt(item: Item) -> str:
     """The HumanEval prompt (signature and docstring) with the instruction to return the whole function."""
-    return f"{CODE_INSTRUCTION}\n\n```python\n{item.meta['prompt'].rstrip()}\n```"
+    return f"{CODE_INSTRUCTION}\n\n```python\n{_meta(item, 'prompt').rstrip()}\n```"
 
 
 def code_extract(text: str, item: Item) -> str | None:
     """The function code in the reply, a body joined to the prompt (see `extract_code`)."""
-    return extract_code(text, item.meta["entry_point"], item.meta["prompt"])
+    return extract_code(text, _meta(item, "entry_point"), _meta(item, "prompt"))
 
 
 def run_humaneval(completion: str, item: Item, timeout_s: float = DEFAULT_TIMEOUT_S) -> SandboxResult:
     """Run a HumanEval completion (full function or body) against the item's upstream tests."""
-    meta = item.meta
-    entry = meta["entry_point"]
-    program = humaneval_program(completion, meta["prompt"], entry)
-    return run_check(program, meta["prompt"], meta["test"], entry, Limits(timeout_s=timeout_s))
+    entry, prompt = _meta(item, "entry_point"), _meta(item, "prompt")
+    program = humaneval_program(completion, prompt, entry)
+    return run_check(program, prompt, _meta(item, "test"), entry, Limits(timeout_s=timeout_s))
 
 
 def check_humaneval(completion_code: str, item: Item, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:

@@ -57,7 +57,7 @@ def _by_reference(ref: str) -> Benchmark:
     if bench is None or missing:
         raise LemonError(f"benchmark {ref!r}: {module_name} has no benchmark object {attr!r}"
                          + (f" (it lacks {', '.join(missing)})" if bench is not None else ""))
-    return bench  # type: ignore[no-any-return]
+    return bench
 
 
 def load_split(benchmark: str, split: str, data_dir: DataDir = None) -> list[Item]:

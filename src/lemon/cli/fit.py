@@ -70,7 +70,7 @@ class FitTable:
         self.headers = [str(h) for h in headers]
         self.rows = [[_text(c) for c in row] for row in rows]
         self.title, self.caption = title, caption
-        self.justify = list(justify or ["left"] * len(self.headers))
+        self.justify: list[Justify] = list(justify) if justify else ["left"] * len(self.headers)
 
     def _sizes(self) -> tuple[list[int], list[int]]:
         mins, maxes = [], []
@@ -102,7 +102,7 @@ class FitTable:
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         table = self.fitted(console, options.max_width) if self.headers else None
-        parts = [] if self.title is None else [_text(self.title)]
+        parts: list[RenderableType] = [] if self.title is None else [_text(self.title)]
         parts += [table] if table is not None else list(self._records())
         parts += [] if self.caption is None else [_text(self.caption)]
         yield Trimmed(Group(*parts))

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, NoReturn
 
 import typer
 from rich.console import Console
@@ -30,6 +30,11 @@ from lemon.llm.defaults import DEFAULT_MAX_TOKENS as DEFAULT_MAX_TOKENS  # the C
 from lemon.llm.defaults import DEFAULT_POOL as DEFAULT_POOL
 from lemon.llm.defaults import DEFAULT_TEMPERATURE as DEFAULT_TEMPERATURE
 from lemon.seeds import MAX_SEED, MAX_SEEDS
+
+if TYPE_CHECKING:
+    # The context type TyperCommand's and TyperGroup's methods declare: click's, which typer vendors (typer.Context
+    # is its subclass, so an override taking only that would not accept what its base accepts).
+    from typer._click.core import Context
 
 STORE_HELP = "Results store (default LEMON_HOME/results.sqlite)."
 
@@ -299,15 +304,15 @@ def _interrupted_before_a_command() -> NoReturn:
 class LemonCommand(TyperCommand):
     """Every `lemon` command: the one dialect's parsing, clean help, and Ctrl-C as one line (exit 130)."""
 
-    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Context, args: list[str]) -> list[str]:
         return super().parse_args(ctx, renamed_args(args, consoles().err))
 
-    def get_params(self, ctx: typer.Context) -> list[Any]:
+    def get_params(self, ctx: Context) -> list[Any]:
         params = super().get_params(ctx)
         _tidy_params(params)
         return params
 
-    def collect_usage_pieces(self, ctx: typer.Context) -> list[str]:
+    def collect_usage_pieces(self, ctx: Context) -> list[str]:
         pieces = [self.options_metavar] if self.options_metavar else []
         for p in self.get_params(ctx):
             if getattr(p, "param_type_name", "") == "argument":
@@ -315,7 +320,7 @@ class LemonCommand(TyperCommand):
                 pieces.append((name if p.required else f"[{name}]") + ("..." if p.nargs != 1 else ""))
         return pieces
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:
@@ -335,13 +340,13 @@ class LemonGroup(TyperGroup):
         except KeyboardInterrupt:
             _interrupted_before_a_command()
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt:  # a command's own Ctrl-C is LemonCommand's: it arrives here as Exit(130)
             _interrupted_before_a_command()
 
-    def get_params(self, ctx: typer.Context) -> list[Any]:
+    def get_params(self, ctx: Context) -> list[Any]:
         params = super().get_params(ctx)
         _tidy_params(params)
         return params

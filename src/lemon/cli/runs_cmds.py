@@ -33,11 +33,9 @@ def _store_path(store: Path | None) -> Path:
     return store or default_store_path()
 
 
-def _selected(db: object, run_ids: list[str] | None, benchmark: str | None, method: str | None) -> list:  # type: ignore[type-arg]
+def _selected(db: ResultsStore, run_ids: list[str] | None, benchmark: str | None,
+              method: str | None) -> list[RunInfo]:
     """The runs named (ids or unique prefixes) or, without names, every run; then the filters."""
-    from lemon.evaluation.store import ResultsStore
-
-    assert isinstance(db, ResultsStore)
     runs = [db.resolve_run(r) for r in run_ids] if run_ids else db.runs()
     return [r for r in runs if (benchmark is None or r.benchmark == benchmark)
             and (method is None or r.method == method)]

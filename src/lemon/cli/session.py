@@ -19,7 +19,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from lemon.api.session import Result, RunObserver, RunSettings, Stage, TraceNotSaved, aexecute, arun
-from lemon.cli.fit import FitTable
+from lemon.cli.fit import Cell, FitTable
 from lemon.errors import ConfigError, LemonError, SpecError, StorageError
 from lemon.files import write_output
 from lemon.llm.pools import pool_level_names
@@ -341,14 +341,14 @@ def show_models(console: Console, pool_name: str, *, verify: bool = False, as_js
         return
     title = f"models of pool {name}" + (" (every file re-hashed)" if verify else "")
     yes_no = {True: Text("yes"), False: Text("no", "red"), None: Text("-")}
-    rows = []
+    rows: list[list[Cell]] = []
     for r in rows_of:
         embedded = r.backend == "embedded"
         verified = Text("at load (sha256 pin)") if embedded and r.verified is None and r.present else \
             yes_no[r.verified] if embedded else Text("-")
         rows.append([r.model, ", ".join(r.levels), yes_no[r.present] if embedded else Text("-"), verified,
                      f"{r.size_bytes / 1e6:.0f} MB" if r.size_bytes is not None else "",
-                     r.path if r.path and r.present and r.model != r.path else r.detail or r.path or ""])
+                     str(r.path if r.path and r.present and r.model != r.path else r.detail or r.path or "")])
     table = FitTable(("model", "levels", "present", "sha256 verified", "size", "path / detail"), rows, title=title)
     console.print(table)
     if missing:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console, Group
@@ -34,6 +34,9 @@ from lemon.cli.options import (
 from lemon.errors import LemonError
 from lemon.evaluation.methods import shown_level
 from lemon.inspection.tracefile import open_source
+
+if TYPE_CHECKING:
+    from lemon.runtime.trace import Trace
 
 #: What `trace` and `export` read: a stored run or a `lemon run` trace.
 RunOrTraceArg = Annotated[str, typer.Argument(help="Run id (or a unique prefix) of the store, or a trace file or "
@@ -87,7 +90,7 @@ def trace_cmd(
     if trace is None:
         raise LemonError(f"item {row.item_id} seed {row.seed} of run {run.run_id} has no stored trace (runs made "
                          "before traces moved into the store have none); re-run it with `lemon eval`")
-    console.print(render_item(payload))
+    console.print(render_item(payload, trace))
 
 
 def _chosen_run(src: Any, target: str) -> Any:
@@ -137,11 +140,12 @@ def _clip(text: str | None, n: int) -> str:
     return one if len(one) <= n else one[: n - 1] + "…"
 
 
-def render_item(payload: dict[str, Any]) -> Group:
-    """The readable form of one item: header, task, orchestrator, one panel per agent, the stop events."""
+def render_item(payload: dict[str, Any], trace: Trace) -> Group:
+    """The readable form of one item (`payload`: `item_payload` of it): header, task, orchestrator, one panel per
+    agent, the stop events."""
     from lemon.inspection.itemview import orchestrator_event, stop_event
 
-    run, item, trace = payload["run"], payload["item"], payload["trace"]
+    run, item = payload["run"], payload["item"]
     head = Text.assemble(
         (f"run {run['run_id']}", "bold"), f"  {run['benchmark']}/{run['split']}  method {run['method']}  "
         f"pool {run['pool']}  level {shown_level(run['method'], run['level'])}\n",
@@ -150,7 +154,7 @@ def render_item(payload: dict[str, Any]) -> Group:
         f"status {item['shown_status']} ({item['stop_reason'] or '-'})  worker tokens {item['total_tokens']}  "
         f"orchestrator tokens {item['orchestrator_tokens']}  latency {item['latency_s']:.2f}s")
     parts: list[Any] = [head]
-    task = trace.get("task")
+    task = trace.task
     parts.append(Panel(Text(task) if task else Text("(not recorded: a trace from an older LEMON)", "dim"),
                        title="task", title_align="left"))
     orch = orchestrator_event(trace)
@@ -506,8 +510,10 @@ def export_csv_cmd(
 
     console = consoles().out
     dest = output_file(out, file, "results.csv")
-    parts, n, n_runs = [], 0, 0
-    for target in run_ids or [None]:
+    parts: list[str] = []
+    n, n_runs = 0, 0
+    targets: list[str | None] = list(run_ids) if run_ids else [None]
+    for target in targets:
         with open_source(target, _store_path(store)) as src:
             runs = [src.run] if src.run is not None else src.db.runs()
             text, rows = results_csv(src.db, runs)

@@ -11,7 +11,6 @@ the stored traces, so this costs no model call. Code replies run in the sandbox 
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -102,9 +101,8 @@ def tally_run(store: ResultsStore, run: RunInfo, items: Mapping[str, Item],
     grader = grader or ReplyGrader(get_benchmark(run.benchmark))
     rows = {(r.item_id, r.seed): r for r in store.items(run.run_id)}
     kept = []
-    for key, text in store.traces(run.run_id, rows).items():
-        trace = json.loads(text)
-        contents, output = trace.get("contents") or {}, (trace.get("topology") or {}).get("output")
+    for key, trace in store.traces(run.run_id, rows).items():
+        contents, output = trace.contents, trace.topology.get("output")
         if len(contents) >= 2 and output is not None and key[0] in items:
             kept.append((key, contents, output))
     tally, outputs = ReplyTally(), Counter[str]()

@@ -248,7 +248,7 @@ def _find_run_id(db: ResultsStore, settings: EvalSettings, split: str, limit: in
         return own
     siblings = [r for r in db.runs() if (r.benchmark, r.split, r.method, r.level) ==
                 (settings.benchmark, split, settings.method.name, settings.level)
-                and "limit" in r.config and r.run_id == run_id_of(settings, split, r.config["limit"], identity)]
+                and "limit" in r.config and r.run_id == run_id_of(settings, split, r.limit, identity)]
     if not siblings:
         return own
     widest = max(siblings, key=lambda r: (r.config["limit"] is None, r.n_items, db.count(r.run_id)))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
-import json
 import os
 import time
 from collections.abc import Callable
@@ -187,7 +186,7 @@ async def run_item(ctx: ItemContext, item: Item, seed: int) -> ItemRow:
                    total_tokens=int(result.total_tokens), latency_s=time.perf_counter() - start,
                    trace_id=result.trace.trace_id, status=str(result.status), stop_reason=result.stop_reason,
                    orchestrator_tokens=0 if written.proposal is None else written.proposal.tokens,
-                   trace_json=_compact_json(result.trace.to_json()))
+                   trace_json=result.trace.compact_json())
 
 
 def _orchestrator_info(written: Written) -> dict[str, object] | None:
@@ -207,9 +206,6 @@ def _error_row(item: Item, seed: int, reason: str, latency_s: float) -> ItemRow:
                    total_tokens=0, latency_s=latency_s, trace_id=None, status="error", stop_reason=reason)
 
 
-def _compact_json(data: object) -> str:
-    # Compact on purpose: `indent` switches json to its pure-Python encoder, ~10x slower.
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def _gold(item: Item) -> str | None:

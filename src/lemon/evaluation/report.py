@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import yaml
 
@@ -127,7 +127,13 @@ def reply_limit(run: RunInfo) -> int | None:
     return read_pool_config(str(pool)).defaults.max_tokens if pool in BUILTIN else None
 
 
-def _replies_at_limit(run: RunInfo, rows: Sequence[ItemRow]) -> dict[str, int | None]:
+class _ReplyCounts(TypedDict):
+    replies: int
+    reply_limit: int | None
+    replies_at_limit: int | None
+
+
+def _replies_at_limit(run: RunInfo, rows: Sequence[ItemRow]) -> _ReplyCounts:
     """`replies`, `reply_limit` and `replies_at_limit` of RunStats, from each row's per-agent completion tokens."""
     completions = [int(t.get("completion", 0)) for r in rows for t in r.tokens.values()]
     replies = [n for n in completions if n > 0]
@@ -262,7 +268,7 @@ class Report:
 # ---- the accuracy-tokens front ---------------------------------------------------------------------------
 
 
-def _same_pairs(s: RunStats) -> tuple[object, ...]:
+def _same_pairs(s: RunStats) -> tuple[str, str, str, int, tuple[int, ...]]:
     """What two runs must share to be compared: benchmark, split, pool, items and seeds."""
     return s.run.benchmark, s.run.split, s.run.pool, s.n_items, s.seeds
 
@@ -289,7 +295,7 @@ def dominated_by(stats: Sequence[RunStats]) -> dict[str, tuple[RunStats, ...]]:
 def _render_front(stats: Sequence[RunStats]) -> list[str]:
     """Per group of runs on the same items and seeds (two runs at least): who is on the front, who is not."""
     beaten = dominated_by(stats)
-    groups: dict[tuple[object, ...], list[RunStats]] = {}
+    groups: dict[tuple[str, str, str, int, tuple[int, ...]], list[RunStats]] = {}
     for s in (s for s in stats if s.run.run_id in beaten):
         groups.setdefault(_same_pairs(s), []).append(s)
     lines: list[str] = []
@@ -326,7 +332,7 @@ def _fmt_tokens(x: float) -> str:
 
 def render_markdown(stats: Sequence[RunStats], comparisons: Sequence[PairedResult], *, store_path: Path,
                     generated_at: str, sections: Mapping[str, Sequence[str]] | None = None,
-                    pair: PairFn | None = None, pooled: Sequence[PooledResult] = ()) -> str:
+                    pair: PairFn[RunStats] | None = None, pooled: Sequence[PooledResult] = ()) -> str:
     """The results document: provenance line, the cross-benchmark table (with `pair`, its paired tests against
     each benchmark's best baseline) and the `pooled` tests over its benchmarks (`pooled.py`), one table per
     benchmark, the paired tests, then each benchmark's further

@@ -38,13 +38,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 from lemon.errors import LemonError, StorageError
 from lemon.files import disk_full, not_regular
 from lemon.paths import ensure_dir, lemon_home
-from lemon.runtime.trace import AgentTokens
+from lemon.runtime.trace import TRACE_VERSION, AgentTokens, Trace
 from lemon.sqlitefile import ensure_wal, is_busy, open_with_retry
 
 SCHEMA_VERSION = 1
@@ -169,6 +170,37 @@ class RunInfo:
     config: dict[str, object]
     created: float
     updated: float
+
+    @property
+    def temperature(self) -> float | None:
+        """The sampling temperature the run recorded (None if it recorded none, or not as a number)."""
+        value = self.config.get("temperature")
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    @property
+    def max_tokens(self) -> int | None:
+        """The reply limit the run recorded (None: the pool's, or none recorded)."""
+        return self._count("max_tokens")
+
+    @property
+    def limit(self) -> int | None:
+        """The `--limit` the run was created with (None: the whole split, or none recorded)."""
+        return self._count("limit")
+
+    @property
+    def budget_tokens(self) -> int | None:
+        """The per-item token budget the run recorded (None: unbounded)."""
+        return self._count("budget_tokens")
+
+    @property
+    def call_timeout_s(self) -> float | None:
+        """The per-call timeout the run recorded (None: the backend's)."""
+        value = self.config.get("call_timeout_s")
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    def _count(self, key: str) -> int | None:
+        value = self.config.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -358,7 +390,7 @@ class ResultsStore:
 
     def runs(self) -> list[RunInfo]:
         rows = self._rows("SELECT * FROM runs ORDER BY benchmark, method, created")
-        return [self._decoded("runs", repr(r["run_id"]), lambda r=r: _run_info(r)) for r in rows]
+        return [self._decoded("runs", repr(r["run_id"]), partial(_run_info, r)) for r in rows]
 
     # ---- items ------------------------------------------------------------------------------------------
 
@@ -419,12 +451,17 @@ class ResultsStore:
         return int(self._exec("SELECT COUNT(*) FROM claims WHERE run_id = ? AND owner != ? AND expires > ?",
                               (run_id, owner, time.time())).fetchone()[0])
 
-    def trace(self, run_id: str, item_id: str, seed: int = 0) -> dict[str, object] | None:
-        """The stored trace of (run, item, seed), or None."""
+    def trace(self, run_id: str, item_id: str, seed: int = 0) -> Trace | None:
+        """The stored trace of (run, item, seed), read through the typed model (`Trace.from_json`), or None."""
         found = self._exec("SELECT trace_json FROM traces WHERE run_id = ? AND item_id = ? AND seed = ?",
                                  (run_id, item_id, seed)).fetchone()
         key = (run_id, item_id, seed)
-        return self._decoded("traces", key, lambda: _trace(found["trace_json"])) if found else None
+        return self._decoded("traces", key, lambda: self._trace(found["trace_json"], key)) if found else None
+
+    def _trace(self, text: object, key: tuple[str, str, int]) -> Trace:
+        """One stored trace as the typed model; a newer format than this LEMON reads is a `TraceError` naming it."""
+        return Trace.from_json(_object(text, "trace_json"),
+                               source=f"the trace of run {key[0]} item {key[1]} seed {key[2]} in {self.path}")
 
     def delete_errors(self, run_id: str) -> int:
         """Drop rows whose status is `error` so they are computed again (after fixing a backend)."""
@@ -437,7 +474,7 @@ class ResultsStore:
 
     def done_keys(self, run_id: str) -> set[tuple[str, int]]:
         rows = self._rows("SELECT item_id, seed FROM items WHERE run_id = ?", (run_id,))
-        return {self._decoded("items", (run_id, r["item_id"]), lambda r=r: _key(r)) for r in rows}
+        return {self._decoded("items", (run_id, r["item_id"]), partial(_key, r)) for r in rows}
 
     def pending_items(self, run_id: str, keys: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
         """The (item_id, seed) keys not yet stored for `run_id`, in the order given."""
@@ -452,7 +489,7 @@ class ResultsStore:
         wanted_seeds = set(seeds) if seeds is not None else None
         out = []
         for r in rows:
-            row = self._decoded("items", (run_id, r["item_id"], r["seed"]), lambda r=r: _item_row(r))
+            row = self._decoded("items", (run_id, r["item_id"], r["seed"]), partial(_item_row, r))
             if wanted_items is not None and row.item_id not in wanted_items:
                 continue
             if wanted_seeds is not None and row.seed not in wanted_seeds:
@@ -494,43 +531,57 @@ class ResultsStore:
         rows = self._rows("SELECT item_id, seed, result_json FROM explanations WHERE run_id = ? ORDER BY item_id, seed",
                           (run_id,))
         return [self._decoded("explanations", (run_id, r["item_id"], r["seed"]),
-                              lambda r=r: _object(r["result_json"], "result_json")) for r in rows]
+                              partial(_object, r["result_json"], "result_json")) for r in rows]
 
-    def traces(self, run_id: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], str]:
-        """The stored traces (as compact JSON text, not parsed here: SQLite checks each is a JSON object) of the
-        given (item, seed) keys of a run."""
+    def traces(self, run_id: str, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Trace]:
+        """The stored traces of the given (item, seed) keys of a run, each read through the typed model."""
         wanted = set(keys)
-        rows = self._rows("SELECT item_id, seed, trace_json, CASE WHEN json_valid(trace_json) THEN "
-                          "json_type(trace_json) END AS kind FROM traces WHERE run_id = ?", (run_id,))
-        found = {}
+        rows = self._rows("SELECT item_id, seed, trace_json FROM traces WHERE run_id = ?", (run_id,))
+        found: dict[tuple[str, int], Trace] = {}
         for r in rows:
-            key = self._decoded("traces", (run_id, r["item_id"]), lambda r=r: _key(r))
+            key = self._decoded("traces", (run_id, r["item_id"]), partial(_key, r))
             if key in wanted:
-                found[key] = self._decoded("traces", (run_id, *key), lambda r=r: _object_text(r, "trace_json"))
+                found[key] = self._decoded("traces", (run_id, *key),
+                                           partial(self._trace, r["trace_json"], (run_id, *key)))
         return found
+
+    def _check_trace_versions(self, run_id: str) -> None:
+        """Refuse, as reading it would, the first trace of a run that is not of a version this LEMON reads: the
+        readers that pick single fields inside SQLite (`task_texts`, `topologies`, `spec_sources`) never walk a
+        trace of a newer format as if it were this one."""
+        found = self._exec("SELECT item_id, seed, trace_json FROM traces WHERE run_id = ? AND json_valid(trace_json) "
+                           "AND json_type(trace_json) = 'object' AND (json_type(trace_json, '$.version') NOT IN "
+                           "('integer', 'null') OR json_extract(trace_json, '$.version') NOT BETWEEN 1 AND ?) LIMIT 1",
+                           (run_id, TRACE_VERSION)).fetchone()
+        if found is not None:
+            key = (run_id, found["item_id"], found["seed"])
+            self._decoded("traces", key, lambda: self._trace(found["trace_json"], key))
 
     def task_texts(self, run_id: str, max_chars: int = 2000) -> dict[tuple[str, int], str]:
         """The task text of each (item, seed) of a run, read inside SQLite (`lemon view` searches it for every
         item without parsing the whole traces); at most `max_chars` of each, none for traces without one."""
+        self._check_trace_versions(run_id)
         rows = self._rows("SELECT item_id, seed, CASE WHEN json_valid(trace_json) THEN "
                           "substr(json_extract(trace_json, '$.task'), 1, ?) END AS task FROM traces WHERE run_id = ?",
                           (max_chars, run_id))
-        return {self._decoded("traces", (run_id, r["item_id"]), lambda r=r: _key(r)): str(r["task"]) for r in rows
+        return {self._decoded("traces", (run_id, r["item_id"]), partial(_key, r)): str(r["task"]) for r in rows
                 if r["task"]}
 
     def topologies(self, run_id: str) -> dict[tuple[str, int], dict[str, object]]:
         """The team (the trace's `topology`) of each (item, seed) of a run, read inside SQLite (the report
         counts the teams a policy wrote without parsing whole traces)."""
+        self._check_trace_versions(run_id)
         rows = self._rows("SELECT item_id, seed, json_extract(trace_json, '$.topology') AS top FROM traces "
                           "WHERE run_id = ? AND json_valid(trace_json)", (run_id,))
-        return {self._decoded("traces", (run_id, r["item_id"]), lambda r=r: _key(r)):
-                self._decoded("traces", (run_id, r["item_id"], r["seed"]), lambda r=r: _object(r["top"], "topology"))
+        return {self._decoded("traces", (run_id, r["item_id"]), partial(_key, r)):
+                self._decoded("traces", (run_id, r["item_id"], r["seed"]), partial(_object, r["top"], "topology"))
                 for r in rows if r["top"]}
 
     def spec_sources(self, run_id: str) -> dict[str, int]:
         """How many of a run's specs came from each source of its orchestrator's decision (`model`: valid as
         written, `repaired`, `fallback`: `repair.fallback_spec` ran in place of unusable output, `template`); empty for
         a fixed baseline, which has no orchestrator. Read inside SQLite, like `topologies`."""
+        self._check_trace_versions(run_id)
         rows = self._rows("SELECT json_extract(e.value, '$.source') AS source, COUNT(*) AS n FROM traces AS t, "
                           "json_each(t.trace_json, '$.events') AS e WHERE t.run_id = ? AND json_valid(t.trace_json) "
                           "AND json_extract(e.value, '$.type') = 'orchestrator_decision' GROUP BY source", (run_id,))
@@ -684,39 +735,12 @@ def _real(value: object, column: str) -> float:
     return float(value)
 
 
-def _object_text(r: sqlite3.Row, column: str) -> str:
-    """The JSON object stored as text in `column`, unparsed: the row's `kind` is SQLite's json_type of it."""
-    if r["kind"] != "object":
-        raise ValueError(f"{column} is not a JSON object")
-    return _text(r[column], column)
-
-
 def _object(text: object, column: str) -> dict[str, Any]:
     """The JSON object stored as text in `column` (a JSON array, number or string is the wrong shape too)."""
     value = json.loads(_text(text, column))
     if not isinstance(value, dict):
         raise TypeError(f"{column} holds a JSON {type(value).__name__}, not an object")
     return value
-
-
-# A trace's top-level fields and the JSON type each must have where present (`runtime.trace.Trace.to_json`): what
-# every reader of a stored trace walks without checking (`lemon trace` of a trace whose events were a number was a
-# TypeError traceback).
-_TRACE_FIELDS: dict[str, type] = {"events": list, "edges": list, "system": dict, "topology": dict, "costs": dict,
-                                  "metrics": dict, "contents": dict, "prompts": dict, "rewards": dict, "task": str,
-                                  "task_id": str, "trace_id": str}
-
-
-def _trace(text: object) -> dict[str, Any]:
-    """A stored trace: a JSON object whose top-level fields have their types (the events and edges objects)."""
-    trace = _object(text, "trace_json")
-    for name, kind in _TRACE_FIELDS.items():
-        value = trace.get(name)
-        if value is not None and (not isinstance(value, kind)
-                                  or (kind is list and not all(isinstance(x, dict) for x in value))):
-            raise TypeError(f"trace_json: its {name} is {value!r:.40}, not a JSON {kind.__name__}"
-                            + (" of objects" if kind is list else ""))
-    return trace
 
 
 def _tokens(text: object) -> dict[str, AgentTokens]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from lemon.evaluation.methods import run_label, uses_level
 from lemon.evaluation.store import RunInfo
@@ -19,15 +19,32 @@ from lemon.evaluation.store import RunInfo
 class RunStats(Protocol):
     """What a cell reads of `report.RunStats` (a Protocol: the report imports this module, not the reverse)."""
 
-    run: RunInfo
-    n_items: int
-    seeds: tuple[int, ...]
-    rows: int
-    accuracy_mean: float
-    accuracy_std: float | None
-    replies: int
-    replies_at_limit: int | None
-    spec_sources: Mapping[str, int]
+    @property
+    def run(self) -> RunInfo: ...
+
+    @property
+    def n_items(self) -> int: ...
+
+    @property
+    def seeds(self) -> tuple[int, ...]: ...
+
+    @property
+    def rows(self) -> int: ...
+
+    @property
+    def accuracy_mean(self) -> float: ...
+
+    @property
+    def accuracy_std(self) -> float | None: ...
+
+    @property
+    def replies(self) -> int: ...
+
+    @property
+    def replies_at_limit(self) -> int | None: ...
+
+    @property
+    def spec_sources(self) -> Mapping[str, int]: ...
 
     @property
     def cost(self) -> float: ...
@@ -42,17 +59,27 @@ class RunStats(Protocol):
 class Paired(Protocol):
     """What a cell reads of `report.PairedResult`: method A (the cell) against B (the column's best)."""
 
-    pairs: int
-    a_only: int
-    b_only: int
-    p_value: float
+    @property
+    def pairs(self) -> int: ...
 
+    @property
+    def a_only(self) -> int: ...
+
+    @property
+    def b_only(self) -> int: ...
+
+    @property
+    def p_value(self) -> float: ...
+
+
+#: The report's own stats type (`report.RunStats`): what `best_of` and the table hand back and pair.
+S = TypeVar("S", bound=RunStats)
 
 #: Pairs the runs of two cells (A, B) on their shared (item, seed) keys.
-PairFn = Callable[[RunStats, RunStats], Paired]
+PairFn = Callable[[S, S], Paired]
 
 
-def best_of(stats: Sequence[RunStats]) -> RunStats | None:
+def best_of(stats: Sequence[S]) -> S | None:
     """The best of some runs of one benchmark: the most accurate, the cheaper on a tie, a complete run before a
     partial one (a partial run's accuracy rests on fewer pairs)."""
     scored = [s for s in stats if s.rows and not math.isnan(s.accuracy_mean)]
@@ -119,10 +146,10 @@ def _cell(s: RunStats) -> str:
             f"({s.run.split}, {s.n_items} x {len(s.seeds)}{partial}{limit}{_cut(s)}{_specs(s)})")
 
 
-def runs_by_cell(stats: Sequence[RunStats]) -> dict[tuple[str, str], RunStats]:
+def runs_by_cell(stats: Sequence[S]) -> dict[tuple[str, str], S]:
     """(label, benchmark) -> the run with the most rows, where several runs share a label (other pools, sizes),
     the latest of those: a method whose identity moved (the template's teams) is shown as it runs now."""
-    cells: dict[tuple[str, str], RunStats] = {}
+    cells: dict[tuple[str, str], S] = {}
     for s in stats:
         key = (run_label(s.run.method, s.run.level), s.run.benchmark)
         if key not in cells or (s.rows, s.run.created) >= (cells[key].rows, cells[key].run.created):
@@ -130,7 +157,7 @@ def runs_by_cell(stats: Sequence[RunStats]) -> dict[tuple[str, str], RunStats]:
     return cells
 
 
-def benchmark_table(stats: Sequence[RunStats], paper: Mapping[str, Any], pair: PairFn | None = None) -> list[str]:
+def benchmark_table(stats: Sequence[S], paper: Mapping[str, Any], pair: PairFn[S] | None = None) -> list[str]:
     """The markdown lines of the table ([] with fewer than two benchmarks: each benchmark's own table says it
     all), then, given `pair`, the paired tests against each column's best fixed baseline. Accuracy is the mean
     over seeds ± their sample std; tokens are worker + orchestrator tokens per item."""
@@ -153,7 +180,7 @@ def benchmark_table(stats: Sequence[RunStats], paper: Mapping[str, Any], pair: P
     return lines + (_paired_table(cells, labels, columns, pair) if pair else [])
 
 
-def not_comparable(a: RunStats, b: RunStats) -> str | None:
+def not_comparable(a: S, b: S) -> str | None:
     """Why runs `a` and `b` of one benchmark have no pairs to test (another split or pool: the same item ids
     drawn by other workers or from other items), or None: a paired test counts the same (item, seed) of the
     two runs it names, never a pair borrowed from a third (issue 55)."""
@@ -163,7 +190,7 @@ def not_comparable(a: RunStats, b: RunStats) -> str | None:
     return None
 
 
-def _paired_cell(s: RunStats, best: RunStats, pair: PairFn) -> str:
+def _paired_cell(s: S, best: S, pair: PairFn[S]) -> str:
     """`a/b, p = …` over the (item, seed) pairs `s` shares with `best`, or why there are none to count."""
     if s is best:
         return "**best**"
@@ -176,11 +203,11 @@ def _paired_cell(s: RunStats, best: RunStats, pair: PairFn) -> str:
     return f"{r.a_only}/{r.b_only}, p = {r.p_value:.2g}{shared}"
 
 
-def _paired_table(cells: Mapping[tuple[str, str], RunStats], labels: Sequence[str], columns: Sequence[str],
-                  pair: PairFn) -> list[str]:
+def _paired_table(cells: Mapping[tuple[str, str], S], labels: Sequence[str], columns: Sequence[str],
+                  pair: PairFn[S]) -> list[str]:
     best = {b: best_of([s for (label, bench), s in cells.items() if bench == b and uses_level(s.run.method)])
             for b in columns}
-    names = [run_label(best[b].run.method, best[b].run.level) if best[b] else "–" for b in columns]
+    names = [run_label(found.run.method, found.run.level) if (found := best[b]) else "–" for b in columns]
     lines = ["", "### Paired with the best fixed baseline of each benchmark", "",
              "Exact McNemar test on the (item, seed) pairs a cell shares with its column's best fixed baseline "
              "(the most accurate, the cheaper on a tie; chosen on these same items, so p answers \"is the best "
@@ -190,7 +217,7 @@ def _paired_table(cells: Mapping[tuple[str, str], RunStats], labels: Sequence[st
              "| method | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns),
              "| best fixed baseline | " + " | ".join(names) + " |"]
     for label in labels:
-        row = [_paired_cell(cells[(label, b)], best[b], pair) if (label, b) in cells and best[b]
+        row = [_paired_cell(cells[(label, b)], found, pair) if (label, b) in cells and (found := best[b])
                and cells[(label, b)].rows else "–" for b in columns]
         lines.append(f"| {label} | " + " | ".join(row) + " |")
     return lines

@@ -12,7 +12,6 @@ voters fail.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -65,11 +64,10 @@ def voters_wrong(store: ResultsStore, run: RunInfo) -> dict[Key, int]:
     bench = get_benchmark(run.benchmark)
     golds = {(r.item_id, r.seed): r.gold for r in store.items(reference.run_id)}
     wrong: dict[Key, int] = {}
-    for key, text in store.traces(reference.run_id, golds).items():
-        votes = next((e.get("votes") for e in json.loads(text)["events"]
-                      if e["type"] == "return" and e.get("votes")), None)
-        if votes and golds[key] is not None:
-            item = Item(id=key[0], question="", answer=golds[key])  # what a grader reads: the gold (as explain)
+    for key, trace in store.traces(reference.run_id, golds).items():
+        votes = next((e.get("votes") for e in trace.events if e.get("type") == "return" and e.get("votes")), None)
+        if votes and (gold := golds[key]) is not None:
+            item = Item(id=key[0], question="", answer=gold)  # what a grader reads: the gold (as explain)
             wrong[key] = sum(not (v and bench.check(v, item)) for v in votes.values())
     return wrong
 

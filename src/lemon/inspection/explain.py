@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from lemon.llm.base import GenParams, request_key
 from lemon.llm.pool import Pool
 from lemon.runtime import Budget, Executor, NodeCache, NodeOutput, RunResult, required_agents
 from lemon.runtime.rerun import rerun_plan
+from lemon.runtime.trace import AgentTokens, Trace
 from lemon.spec.edits import FIELD_FAMILIES, applicable_edits, apply_edit, describe_edit
 from lemon.spec.model import Spec
 from lemon.spec.render import FieldRef
@@ -98,7 +99,7 @@ class Attribution:
 # ---- planning -------------------------------------------------------------------------------------------
 
 
-def plan_edits(spec: Spec, pool: Pool, roles: RoleLibrary, tokens: dict[str, Any], *, max_edits: int | None,
+def plan_edits(spec: Spec, pool: Pool, roles: RoleLibrary, tokens: Mapping[str, AgentTokens], *, max_edits: int | None,
                budget_tokens: int | None) -> list[EditOutcome]:
     """Every applicable single-field edit of a live field, with its cost, cut by the two bounds in order."""
     levels = pool.level_names
@@ -141,19 +142,18 @@ def edited_spec(spec: Spec, e: EditOutcome, levels: Sequence[str], roles: RoleLi
 # ---- replay ---------------------------------------------------------------------------------------------
 
 
-def prime_cache(executor: Executor, spec: Spec, task: str, seed: int, trace: dict[str, Any]) -> NodeCache:
+def prime_cache(executor: Executor, spec: Spec, task: str, seed: int, trace: Trace) -> NodeCache:
     """A node cache holding the stored output of every live model agent, keyed on the request this LEMON sends.
 
     Refuses (one line) when the trace's recorded prompts or models differ from what would be sent now: the
     stored outputs then belong to other requests, and attributing against them would be wrong.
     """
     cache = NodeCache()
-    contents = trace.get("contents") or {}
-    prompts = trace.get("prompts") or {}
+    contents, prompts = trace.contents, trace.prompts
     by_agent = _stored_tokens(trace)
-    models = (trace.get("system") or {}).get("models") or {}
+    models = trace.system.get("models") or {}
     # Agents a stop rule left unrun have no output; the replay, under the same rule, does not reach them either.
-    live = required_agents(spec) - set((trace.get("metrics") or {}).get("unrun_agents") or ())
+    live = required_agents(spec) - set(trace.metrics.get("unrun_agents") or ())
     for a in _topological(spec):
         if a.name not in live or executor.roles[a.role].votes:
             continue
@@ -162,7 +162,7 @@ def prime_cache(executor: Executor, spec: Spec, task: str, seed: int, trace: dic
         parents = {p: contents[p] for p in a.depends_on}
         request = executor.request(a, task, parents, spec, seed)
         backend = executor.pool.backend(a.capacity)
-        tok = by_agent.get(a.name, {})
+        tok = by_agent.get(a.name) or AgentTokens(prompt=0, completion=0)
         stored_model = models.get(a.capacity)
         if stored_model and stored_model != backend.model_id:
             raise LemonError(f"agent {a.name!r} ran on {stored_model}, but level {a.capacity!r} of pool "
@@ -178,16 +178,18 @@ def prime_cache(executor: Executor, spec: Spec, task: str, seed: int, trace: dic
     return cache
 
 
-def _stored_tokens(trace: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _stored_tokens(trace: Trace) -> dict[str, AgentTokens]:
     """Per-agent tokens and model: from the trace's metrics, or (older traces) from its return events."""
-    found = (trace.get("metrics") or {}).get("tokens_by_agent")
+    found = trace.metrics.get("tokens_by_agent")
     if found:
         return dict(found)
-    out: dict[str, dict[str, Any]] = {}
-    for e in trace.get("events") or []:
+    out: dict[str, AgentTokens] = {}
+    for e in trace.events:
         if e.get("type") == "return":
-            out[str(e["agent"])] = {"prompt": e.get("prompt_tokens", e.get("tokens", 0)),
-                                    "completion": e.get("completion_tokens", 0), "model": e.get("model")}
+            out[str(e["agent"])] = AgentTokens(prompt=e.get("prompt_tokens", e.get("tokens", 0)),
+                                               completion=e.get("completion_tokens", 0))
+            if e.get("model") is not None:
+                out[str(e["agent"])]["model"] = e["model"]
     return out
 
 
@@ -251,14 +253,13 @@ async def run_plan(executor: Executor, spec: Spec, task: str, seed: int, attribu
 
 def executor_for_run(run: RunInfo, pool: Pool, roles: RoleLibrary) -> Executor:
     """An executor with the run's own worker settings (temperature, max tokens, budget, timeout)."""
-    cfg = run.config
-    params = pool.params(temperature=cfg.get("temperature"), max_tokens=cfg.get("max_tokens"))
-    return Executor(pool, roles, budget=Budget(max_tokens=cfg.get("budget_tokens"),
-                                               call_timeout_s=cfg.get("call_timeout_s")), params=params)
+    params = pool.params(temperature=run.temperature, max_tokens=run.max_tokens)
+    return Executor(pool, roles, budget=Budget(max_tokens=run.budget_tokens, call_timeout_s=run.call_timeout_s),
+                    params=params)
 
 
-def spec_of_trace(trace: dict[str, Any], roles: RoleLibrary, levels: Sequence[str]) -> Spec:
-    topo = trace.get("topology") or {}
+def spec_of_trace(trace: Trace, roles: RoleLibrary, levels: Sequence[str]) -> Spec:
+    topo = trace.topology
     try:
         return validate_spec(Spec.model_validate({"agents": topo.get("agents"), "output": topo.get("output")}),
                              roles, levels)
@@ -290,7 +291,7 @@ class StoredPlan:
     check: Checker | None
 
 
-def plan_stored(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *, data_dir: Any = None,
+def plan_stored(run: RunInfo, row: ItemRow, trace: Trace, pool: Pool, *, data_dir: Any = None,
                 max_edits: int | None = None, budget_tokens: int | None = None) -> StoredPlan:
     """Everything needed to explain (run, item, seed): spec, task, checker, primed cache, and the edit plan."""
     from lemon.benchmarks.registry import get_benchmark
@@ -302,10 +303,10 @@ def plan_stored(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *
     roles = RoleLibrary.load()
     task_def = get_benchmark(run.benchmark)
     item = load_item(run, row.item_id, data_dir)
-    task = trace.get("task") or task_def.prompt(item)
+    task = trace.task or task_def.prompt(item)
     spec = spec_of_trace(trace, roles, pool.level_names)
     executor = executor_for_run(run, pool, roles)
-    seed = int((trace.get("system") or {}).get("seed", item_seed(run.benchmark, item.id, row.seed)))
+    seed = int(trace.system.get("seed", item_seed(run.benchmark, item.id, row.seed)))
     cache = prime_cache(executor, spec, task, seed, trace)
 
     def check(answer: str) -> tuple[str | None, Any]:
@@ -325,12 +326,13 @@ def plan_stored(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *
     return StoredPlan(attribution, executor, spec, cache, seed, lambda text: task_def.extract(text, item), check)
 
 
-def _early_stops(trace: dict[str, Any]) -> dict[str, Any]:
+def _early_stops(trace: Trace) -> dict[str, object]:
     """The original run's stop-rule decisions and the agents they left unrun (shown beside the attribution:
     an edit of an agent that never ran changes nothing)."""
-    metrics = trace.get("metrics") or {}
-    stops = [e for e in trace.get("events") or [] if e.get("type") == "stop" and e.get("reason") == "stop_rule"]
-    return {"stop_rules": stops, "unrun_agents": list(metrics.get("unrun_agents") or ())} if stops else {}
+    from lemon.inspection.itemview import stop_rule_events
+
+    stops = stop_rule_events(trace)
+    return {"stop_rules": stops, "unrun_agents": list(trace.metrics.get("unrun_agents") or ())} if stops else {}
 
 
 def gold_checker(kind: str, gold: str | None) -> Checker:
@@ -352,7 +354,7 @@ def gold_checker(kind: str, gold: str | None) -> Checker:
     return check
 
 
-def plan_trace(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *, gold: str | None = None,
+def plan_trace(run: RunInfo, row: ItemRow, trace: Trace, pool: Pool, *, gold: str | None = None,
                max_edits: int | None = None, budget_tokens: int | None = None) -> StoredPlan:
     """`plan_stored` for a `lemon run` trace (no benchmark item): the task and settings come from the trace, the
     answer is read by the task's kind, and without `gold` each edit says whether the answer changed."""
@@ -362,7 +364,7 @@ def plan_trace(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *,
         raise LemonError(f"the run {run.run_id} ended with status {row.status} ({row.stop_reason}); only runs that "
                          "finished can be explained")
     roles = RoleLibrary.load()
-    task, system = str(trace.get("task") or ""), trace.get("system") or {}
+    task, system = trace.task or "", trace.system
     if not task:
         raise LemonError(f"the trace of run {run.run_id} does not hold its task text (an older LEMON); re-run it")
     spec = spec_of_trace(trace, roles, pool.level_names)
@@ -370,7 +372,7 @@ def plan_trace(run: RunInfo, row: ItemRow, trace: dict[str, Any], pool: Pool, *,
     seed = int(system.get("seed") or 0)
     cache = prime_cache(executor, spec, task, seed, trace)
     check = gold_checker(run.split, gold)
-    correct = check(str((trace.get("contents") or {}).get(spec.output, "")))[1]
+    correct = check(trace.contents.get(spec.final_agent(), ""))[1]
     edits = plan_edits(spec, pool, roles, _stored_tokens(trace), max_edits=max_edits, budget_tokens=budget_tokens)
     attribution = Attribution(run_id=run.run_id, item_id=row.item_id, seed=row.seed, task=task,
                               spec=spec.model_dump(mode="json"),

@@ -22,6 +22,7 @@ from typing import Any
 from lemon.errors import LemonError, StorageError
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.files import disk_full, write_output
+from lemon.runtime.trace import Trace
 
 
 def _iso(ts: float) -> str:
@@ -89,14 +90,14 @@ def _agent_events(a: Any, started: float, config: Any) -> list[Any]:
     return out
 
 
-def sample_events(run: RunInfo, trace: dict[str, Any], started: float) -> list[Any]:
+def sample_events(run: RunInfo, trace: Trace, started: float) -> list[Any]:
     """The sample's transcript: the orchestrator's spec, each agent in the order it started, stop rules."""
     from inspect_ai.event import InfoEvent
     from inspect_ai.model import GenerateConfig
 
     from lemon.inspection.itemview import agent_records, orchestrator_event, stop_rule_events
 
-    config = GenerateConfig(temperature=run.config.get("temperature"), max_tokens=run.config.get("max_tokens"))
+    config = GenerateConfig(temperature=run.temperature, max_tokens=run.max_tokens)
     events: list[Any] = []
     orch = orchestrator_event(trace)
     if orch is not None:
@@ -111,15 +112,14 @@ def sample_events(run: RunInfo, trace: dict[str, Any], started: float) -> list[A
     return events
 
 
-def _sample(run: RunInfo, row: ItemRow, trace: dict[str, Any] | None) -> Any:
+def _sample(run: RunInfo, row: ItemRow, trace: Trace | None) -> Any:
     from inspect_ai.log import EvalSample
     from inspect_ai.model import ChatMessageAssistant, ChatMessageUser, ModelOutput
     from inspect_ai.scorer import Score
 
-    trace = trace or {}
-    task = trace.get("task") or f"(task text not recorded; item {row.item_id})"
-    output_agent = str((trace.get("topology") or {}).get("output", ""))
-    answer = (trace.get("contents") or {}).get(output_agent, "") if row.status == "ok" else ""
+    task = (trace.task if trace else None) or f"(task text not recorded; item {row.item_id})"
+    output_agent = str(trace.topology.get("output", "")) if trace else ""
+    answer = trace.contents.get(output_agent, "") if trace and row.status == "ok" else ""
     return EvalSample(
         id=row.item_id, epoch=row.seed + 1, input=task, target=row.gold or "",
         messages=[ChatMessageUser(content=task), ChatMessageAssistant(content=answer or f"({row.status})")],
@@ -143,8 +143,7 @@ def inspect_log(db: ResultsStore, run: RunInfo) -> Any:
     if not rows:
         raise LemonError(f"run {run.run_id} has no stored items to export")
     traces = db.traces(run.run_id, [(r.item_id, r.seed) for r in rows])
-    samples = [_sample(run, r, json.loads(traces[(r.item_id, r.seed)]) if (r.item_id, r.seed) in traces else None)
-               for r in rows]
+    samples = [_sample(run, r, traces.get((r.item_id, r.seed))) for r in rows]
     ids = list(dict.fromkeys(r.item_id for r in rows))
     spec = EvalSpec(created=_iso(run.created), task=f"lemon/{run.benchmark}", task_id=run.run_id,
                     run_id=run.run_id, dataset=EvalDataset(name=f"{run.benchmark}/{run.split}", samples=len(ids),

@@ -46,6 +46,7 @@ from opentelemetry.trace import Link, Status, StatusCode
 from lemon.errors import LemonError
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.inspection.itemview import AgentRecord, agent_records, stop_event
+from lemon.runtime.trace import Trace
 
 _PROVIDERS = {"embedded": "llama.cpp", "openai": "openai"}
 BATCH = 512
@@ -60,7 +61,7 @@ def _provider(model: str | None) -> str | None:
     return _PROVIDERS.get((model or "").split(":", 1)[0]) if model and ":" in model else None
 
 
-def _root_attributes(run: RunInfo, row: ItemRow, trace: dict[str, Any]) -> dict[str, Any]:
+def _root_attributes(run: RunInfo, row: ItemRow, trace: Trace) -> dict[str, Any]:
     stop = stop_event(trace)
     attrs: dict[str, Any] = {
         "gen_ai.operation.name": "invoke_workflow", OI.OPENINFERENCE_SPAN_KIND: Kind.CHAIN.value,
@@ -69,7 +70,7 @@ def _root_attributes(run: RunInfo, row: ItemRow, trace: dict[str, Any]) -> dict[
         "lemon.method": run.method, "lemon.pool": run.pool, "lemon.item_id": row.item_id, "lemon.seed": row.seed,
         "lemon.status": row.status, "lemon.stop_reason": str(stop.get("reason", "")),
         "lemon.prediction": row.prediction or "", "lemon.total_tokens": row.total_tokens,
-        "lemon.output_agent": str((trace.get("topology") or {}).get("output", ""))}
+        "lemon.output_agent": str(trace.topology.get("output", ""))}
     if row.gold is not None:  # no gold answer (a `lemon run`): unscored, so neither right nor wrong
         attrs["lemon.correct"] = bool(row.correct)
         attrs["lemon.gold"] = row.gold[:500]
@@ -82,10 +83,9 @@ def _text_io(prefix: str, text: str) -> dict[str, Any]:
     return {value: text, mime: Mime.TEXT.value}
 
 
-def _root_content(trace: dict[str, Any]) -> dict[str, Any]:
-    output = str((trace.get("topology") or {}).get("output", ""))
-    return {**_text_io("input", str(trace.get("task") or "")),
-            **_text_io("output", str((trace.get("contents") or {}).get(output) or ""))}
+def _root_content(trace: Trace) -> dict[str, Any]:
+    output = str(trace.topology.get("output", ""))
+    return {**_text_io("input", trace.task or ""), **_text_io("output", trace.contents.get(output) or "")}
 
 
 def _dependency_order(ran: dict[str, AgentRecord]) -> list[AgentRecord]:
@@ -102,7 +102,7 @@ def _dependency_order(ran: dict[str, AgentRecord]) -> list[AgentRecord]:
     return order
 
 
-def item_spans(tracer: trace_api.Tracer, run: RunInfo, row: ItemRow, trace: dict[str, Any], *,
+def item_spans(tracer: trace_api.Tracer, run: RunInfo, row: ItemRow, trace: Trace, *,
                include_content: bool = False) -> None:
     """Emit the spans of one item (its own OTel trace: the root span has no parent)."""
     start = row.created - row.latency_s
@@ -113,7 +113,7 @@ def item_spans(tracer: trace_api.Tracer, run: RunInfo, row: ItemRow, trace: dict
     done: dict[str, trace_api.Span] = {}
     for a in _dependency_order(ran):
         done[a.name] = _agent_span(tracer, root_ctx, a, start, done, ran, include_content=include_content,
-                                   max_tokens=run.config.get("max_tokens"))
+                                   max_tokens=run.max_tokens)
     if row.status == "ok":
         root.set_status(Status(StatusCode.OK))
     else:
@@ -220,9 +220,9 @@ def build_spans(db: ResultsStore, run: RunInfo, *, item_ids: Sequence[str] | Non
                          f"`lemon trace {run.run_id}`")
     traces = db.traces(run.run_id, [(r.item_id, r.seed) for r in rows])
     for r in rows:
-        text = traces.get((r.item_id, r.seed))
-        if text is not None:
-            item_spans(tracer, run, r, json.loads(text), include_content=include_content)
+        trace = traces.get((r.item_id, r.seed))
+        if trace is not None:
+            item_spans(tracer, run, r, trace, include_content=include_content)
     provider.shutdown()
     return list(memory.get_finished_spans())
 

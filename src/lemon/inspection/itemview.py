@@ -7,11 +7,13 @@ prompts, no prompt/completion split on the return event) still load: missing fie
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 from lemon.errors import LemonError
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
+from lemon.runtime.trace import AgentTokens, System, Trace, TraceEvent
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,7 @@ class AgentRecord:
     unrun: bool = False                         # needed, but a stop rule fired before it was
     # The call's sampling settings (temperature, max_tokens, top_p, seed); a trace written before they were
     # recorded per call gives only the run's temperature and max_tokens.
-    params: dict[str, Any] | None = None
+    params: dict[str, float | int | None] | None = None
 
     @property
     def cut(self) -> bool:
@@ -60,58 +62,72 @@ class AgentRecord:
         """Seconds waiting for a free slot of its level (and its budget) before the call was sent."""
         return None if self.sent_s is None or self.start_s is None else round(self.sent_s - self.start_s, 6)
 
-    def to_json(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+    def to_json(self) -> dict[str, object]:
+        d: dict[str, object] = {k: getattr(self, k) for k in self.__dataclass_fields__}
         d["depends_on"] = list(self.depends_on)
         d["prompt"] = list(self.prompt) if self.prompt is not None else None
         d["latency_s"], d["queued_s"], d["cut"] = self.latency_s, self.queued_s, self.cut
         return d
 
 
-def _by_agent(events: list[dict[str, Any]], type_: str) -> dict[str, dict[str, Any]]:
+#: An event with no fields: what a reader gets where the trace records none (an agent that never returned, a run
+#: without a final stop); every reader only asks it `.get`, which answers None.
+_SILENT = cast(TraceEvent, {})
+
+
+def _by_agent(events: Sequence[TraceEvent], type_: str) -> dict[str, TraceEvent]:
     return {str(e.get("agent")): e for e in events if e.get("type") == type_}
 
 
-def agent_records(trace: dict[str, Any]) -> list[AgentRecord]:
+def agent_records(trace: Trace) -> list[AgentRecord]:
     """The agents of the trace's spec in spec order, with what each did (None where the trace is silent)."""
-    topo, metrics = trace.get("topology") or {}, trace.get("metrics") or {}
-    events = trace.get("events") or []
+    topo, metrics, events = trace.topology, trace.metrics, trace.events
     spawns, returns, despawns = (_by_agent(events, t) for t in ("spawn", "return", "despawn"))
     unrun = set(metrics.get("unrun_agents") or ())
     skipped = (set(metrics.get("skipped_agents") or ()) | set(despawns)) - unrun
     by_agent_tokens = metrics.get("tokens_by_agent") or {}
-    models = (trace.get("system") or {}).get("models") or {}
-    prompts, contents = trace.get("prompts") or {}, trace.get("contents") or {}
+    models = trace.system.get("models") or {}
     out: list[AgentRecord] = []
     for a in topo.get("agents") or []:
         name = str(a["name"])
-        ret, tok = returns.get(name) or {}, by_agent_tokens.get(name) or {}
-        note = (despawns.get(name) or {}).get("reason") if name in skipped | unrun else None
+        ret = returns.get(name) or _SILENT
+        tok: AgentTokens | dict[str, object] = by_agent_tokens.get(name) or {}
+        note = (despawns.get(name) or _SILENT).get("reason") if name in skipped | unrun else None
         if note is None and not ret and name not in skipped:
             note = "did not run (the run stopped first)"
-        prompt = prompts.get(name)
+        prompt = trace.prompts.get(name)
         out.append(AgentRecord(
             name=name, role=str(a.get("role", "")), duty=str(a.get("duty") or ""),
             capacity=str(a.get("capacity", "")), depends_on=tuple(a.get("depends_on") or ()),
-            live=name not in skipped, ran=bool(ret), model=ret.get("model") or tok.get("model") or models.get(
-                a.get("capacity")),
+            live=name not in skipped, ran=bool(ret), model=_model(ret, tok, models, a.get("capacity")),
             prompt_tokens=_int(ret.get("prompt_tokens", tok.get("prompt"))),
             completion_tokens=_int(ret.get("completion_tokens", tok.get("completion"))),
             tokens=_int(ret.get("tokens")), cached=ret.get("cached"),
-            start_s=(spawns.get(name) or {}).get("t"), end_s=ret.get("t"), sent_s=ret.get("sent"),
-            prompt=tuple(prompt) if prompt is not None else None, output=contents.get(name), note=note,
-            votes=ret.get("votes"), unrun=name in unrun, params=_params(ret, trace.get("system") or {})))
+            start_s=(spawns.get(name) or _SILENT).get("t"), end_s=ret.get("t"), sent_s=ret.get("sent"),
+            prompt=tuple(prompt) if prompt is not None else None, output=trace.contents.get(name), note=note,
+            votes=ret.get("votes"), unrun=name in unrun, params=_params(ret, trace.system)))
     return out
 
 
-def _params(ret: dict[str, Any], system: dict[str, Any]) -> dict[str, Any] | None:
+def _model(ret: TraceEvent, tok: Mapping[str, object], models: Mapping[str, str], capacity: str | None) -> str | None:
+    """The model that answered: the return event's, else the run's tokens record's, else the level's."""
+    found = ret.get("model") or tok.get("model") or (models.get(capacity) if capacity is not None else None)
+    return None if found is None else str(found)
+
+
+def _params(ret: TraceEvent, system: System) -> dict[str, float | int | None] | None:
     """A model call's sampling settings: its return event's, else the run's (older traces); None for a vote or
     an agent that made no call."""
     if not ret or ret.get("votes") is not None or ret.get("model") == "vote":
         return None
     if isinstance(ret.get("params"), dict):
         return dict(ret["params"])
-    return {k: system[k] for k in ("temperature", "max_tokens") if k in system} or None
+    run: dict[str, float | int | None] = {}
+    if "temperature" in system:
+        run["temperature"] = system["temperature"]
+    if "max_tokens" in system:
+        run["max_tokens"] = system["max_tokens"]
+    return run or None
 
 
 def vote_tally(votes: dict[str, str | None]) -> list[tuple[str | None, list[str]]]:
@@ -122,9 +138,9 @@ def vote_tally(votes: dict[str, str | None]) -> list[tuple[str | None, list[str]
     return sorted(groups.items(), key=lambda kv: -len(kv[1]))
 
 
-def stop_rule_events(trace: dict[str, Any]) -> list[dict[str, Any]]:
+def stop_rule_events(trace: Trace) -> list[TraceEvent]:
     """Each stop rule's decision (a `stop` event with reason stop_rule), before the run's own final stop."""
-    return [e for e in trace.get("events") or [] if e.get("type") == "stop" and e.get("reason") == "stop_rule"]
+    return [e for e in trace.events if e.get("type") == "stop" and e.get("reason") == "stop_rule"]
 
 
 def shown_status(status: str, prediction: str | None) -> str:
@@ -132,23 +148,21 @@ def shown_status(status: str, prediction: str | None) -> str:
     return "no answer" if status == "ok" and prediction is None else status
 
 
-def _int(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _int(value: object) -> int | None:
+    """A count the trace records (a JSON number), None where it records none."""
+    return int(value) if isinstance(value, int | float | str) else None
 
 
-def stop_event(trace: dict[str, Any]) -> dict[str, Any]:
+def stop_event(trace: Trace) -> TraceEvent:
     """The run's own final `stop` event (reason and detail), or an empty dict for a trace without one; a stop
     rule's earlier `stop` events are `stop_rule_events`."""
-    stops = [e for e in trace.get("events") or [] if e.get("type") == "stop"]
-    return stops[-1] if stops else {}
+    stops = [e for e in trace.events if e.get("type") == "stop"]
+    return stops[-1] if stops else _SILENT
 
 
-def orchestrator_event(trace: dict[str, Any]) -> dict[str, Any] | None:
+def orchestrator_event(trace: Trace) -> TraceEvent | None:
     """How the spec was written (source, raw output, repairs/warnings), if an orchestrator wrote it."""
-    for e in trace.get("events") or []:
-        if e.get("type") == "orchestrator_decision":
-            return e
-    return None
+    return next((e for e in trace.events if e.get("type") == "orchestrator_decision"), None)
 
 
 def resolve_item(db: ResultsStore, run: RunInfo, item_id: str, seed: int) -> ItemRow:
@@ -168,7 +182,7 @@ def resolve_item(db: ResultsStore, run: RunInfo, item_id: str, seed: int) -> Ite
     raise LemonError(f"item {chosen} of run {run.run_id} has no seed {seed}; stored seeds: {seeds}")
 
 
-def item_payload(run: RunInfo, row: ItemRow, trace: dict[str, Any] | None) -> dict[str, Any]:
+def item_payload(run: RunInfo, row: ItemRow, trace: Trace | None) -> dict[str, object]:
     """The machine-readable form of one item (what `lemon trace --json` prints)."""
     return {"run": {"run_id": run.run_id, "benchmark": run.benchmark, "split": run.split, "method": run.method,
                     "pool": run.pool, "level": run.level},
@@ -180,4 +194,4 @@ def item_payload(run: RunInfo, row: ItemRow, trace: dict[str, Any] | None) -> di
                      "latency_s": row.latency_s},
             "agents": [a.to_json() for a in agent_records(trace)] if trace else [],
             "stop_rules": stop_rule_events(trace) if trace else [],
-            "trace": trace}
+            "trace": trace.to_json() if trace else None}

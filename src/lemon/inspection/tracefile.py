@@ -13,11 +13,12 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TypeGuard
 
 from lemon.errors import LemonError
 from lemon.evaluation.store import ItemRow, ResultsStore, RunInfo
 from lemon.paths import runs_dir
+from lemon.runtime.trace import Trace
 
 TRACE_PREFIX = "trace-"
 _ID = re.compile(r"[0-9a-f]{4,32}")
@@ -44,13 +45,14 @@ def extracted_answer(task: str, text: str) -> str | None:
     return answer_in(task, text)
 
 
-def is_trace(data: Any) -> bool:
+def is_trace(data: object) -> TypeGuard[dict[str, object]]:
     """A runtime trace (not a spec, not another JSON document): it has a topology and an event list."""
     return isinstance(data, dict) and isinstance(data.get("topology"), dict) and isinstance(data.get("events"), list)
 
 
-def read_trace(path: Path) -> dict[str, Any]:
-    """The trace in `path`; one line if the file is not JSON or not a LEMON trace."""
+def read_trace(path: Path) -> Trace:
+    """The trace in `path`, read through the typed model (`Trace.from_json`: an older version upgraded); one line
+    if the file is not JSON, not a LEMON trace, or a trace of a newer version than this LEMON reads."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -59,7 +61,13 @@ def read_trace(path: Path) -> dict[str, Any]:
     if not is_trace(data):
         raise LemonError(f"{path} is JSON but not a LEMON trace (no topology and events); pass the "
                          "trace-<id>.json that `lemon run` printed")
-    return data
+    if data.get("trace_id") is None:  # the file's name carries it (`lemon run` names it trace-<id>.json)
+        data["trace_id"] = path.stem.removeprefix(TRACE_PREFIX)
+    try:
+        return Trace.from_json(data, source=str(path))
+    except TypeError as exc:
+        raise LemonError(f"{path} is not a readable trace ({' '.join(str(exc).split())[:120]}); pass the "
+                         "trace-<id>.json that `lemon run` printed") from None
 
 
 def looks_like_trace(path: Path) -> bool:
@@ -89,44 +97,46 @@ def find_trace(selector: str, folder: Path | None = None) -> Path | None:
     return found[0] if found else None
 
 
-def _levels_used(trace: dict[str, Any]) -> str:
+def _levels_used(trace: Trace) -> str:
     """The capacity levels the run's agents used, weakest first (a run chooses them per agent)."""
-    order = list((trace.get("system") or {}).get("levels") or [])
-    used = {str(a.get("capacity")) for a in (trace.get("topology") or {}).get("agents") or []}
+    order = list(trace.system.get("levels") or [])
+    used = {str(a.get("capacity")) for a in trace.topology.get("agents") or []}
     ranked = sorted(used, key=lambda lv: (order.index(lv) if lv in order else len(order), lv))
     return "+".join(ranked) or "-"
 
 
-def trace_run(trace: dict[str, Any], path: Path) -> RunInfo:
+def trace_run(trace: Trace, path: Path) -> RunInfo:
     """The run a trace file stands for: its id is the trace id, its method how the spec was written."""
+    from lemon.inspection.itemview import orchestrator_event
     from lemon.orchestrator.kinds import task_kind
 
-    system = trace.get("system") or {}
-    orch = next((e for e in trace.get("events") or [] if e.get("type") == "orchestrator_decision"), None)
+    system = trace.system
+    orch = orchestrator_event(trace)
     mtime = path.stat().st_mtime
-    return RunInfo(run_id=str(trace.get("trace_id") or path.stem.removeprefix(TRACE_PREFIX)), benchmark="run",
-                   split=task_kind(str(trace.get("task") or "")), method=str(orch.get("source")) if orch else "exec",
+    return RunInfo(run_id=trace.trace_id, benchmark="run",
+                   split=task_kind(trace.task or ""), method=str(orch.get("source")) if orch else "exec",
                    pool=str(system.get("pool_ref") or system.get("pool") or "-"), level=_levels_used(trace),
                    seeds=1, n_items=1, config={k: system.get(k) for k in ("temperature", "max_tokens")},
                    created=mtime, updated=mtime)
 
 
-def trace_row(trace: dict[str, Any], path: Path, text: str) -> ItemRow:
+def trace_row(trace: Trace, path: Path) -> ItemRow:
     """The one (item, seed) row of a trace file: the extracted answer as prediction, no gold."""
-    from lemon.inspection.itemview import stop_event
+    from lemon.inspection.itemview import orchestrator_event, stop_event
 
-    metrics, costs, system = trace.get("metrics") or {}, trace.get("costs") or {}, trace.get("system") or {}
+    metrics, costs, system = trace.metrics, trace.costs, trace.system
     status = str(metrics.get("status") or stop_event(trace).get("reason") or "ok")
-    output = str((trace.get("topology") or {}).get("output", ""))
-    answer = (trace.get("contents") or {}).get(output)
-    prediction = extracted_answer(str(trace.get("task") or ""), answer) if status == "ok" and answer else None
-    orch = next((e for e in trace.get("events") or [] if e.get("type") == "orchestrator_decision"), {})
-    return ItemRow(item_id=str(trace.get("task_id") or "task"), seed=int(system.get("seed") or 0),
+    output = str(trace.topology.get("output", ""))
+    answer = trace.contents.get(output)
+    prediction = extracted_answer(trace.task or "", answer) if status == "ok" and answer else None
+    orch = orchestrator_event(trace)
+    return ItemRow(item_id=str(trace.task_id or "task"), seed=int(system.get("seed") or 0),
                    prediction=prediction, gold=None, correct=False, tokens=dict(metrics.get("tokens_by_agent") or {}),
                    total_tokens=int(costs.get("tokens") or 0), latency_s=float(costs.get("wall_clock_s") or 0.0),
-                   trace_id=str(trace.get("trace_id") or ""), status=status,
+                   trace_id=trace.trace_id, status=status,
                    stop_reason=str(stop_event(trace).get("detail") or "") or None,
-                   orchestrator_tokens=int(orch.get("tokens") or 0), created=path.stat().st_mtime, trace_json=text)
+                   orchestrator_tokens=int(orch.get("tokens") or 0) if orch else 0, created=path.stat().st_mtime,
+                   trace_json=trace.compact_json())
 
 
 def trace_store(path: Path) -> tuple[ResultsStore, RunInfo]:
@@ -136,7 +146,7 @@ def trace_store(path: Path) -> tuple[ResultsStore, RunInfo]:
     db = ResultsStore(":memory:")
     db.ensure_run(run.run_id, benchmark=run.benchmark, split=run.split, method=run.method, pool=run.pool,
                   level=run.level, seeds=1, n_items=1, config=run.config)
-    db.put(run.run_id, trace_row(trace, path, json.dumps(trace, ensure_ascii=False, separators=(",", ":"))))
+    db.put(run.run_id, trace_row(trace, path))
     stored = db.run(run.run_id)
     assert stored is not None
     return db, stored

@@ -18,11 +18,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lemon.errors import BackendError, ModelFileError
-from lemon.llm.base import ChatRequest, Completion
+from lemon.llm.base import ChatRequest, Completion, Message
 from lemon.llm.models import ensure_model, verify_sha256
+
+if TYPE_CHECKING:
+    from llama_cpp.llama_types import ChatCompletionRequestMessage
 
 log = logging.getLogger(__name__)
 
@@ -290,6 +293,21 @@ class SampledLogprobs:
         return float(sum(self.values)) if spelled == text else None
 
 
+def _llama_message(m: Message) -> ChatCompletionRequestMessage:
+    """One message as llama-cpp-python's chat formatter types it (a TypedDict per role)."""
+    from llama_cpp.llama_types import (
+        ChatCompletionRequestAssistantMessage,
+        ChatCompletionRequestSystemMessage,
+        ChatCompletionRequestUserMessage,
+    )
+
+    if m.role == "system":
+        return ChatCompletionRequestSystemMessage(role="system", content=m.content)
+    if m.role == "user":
+        return ChatCompletionRequestUserMessage(role="user", content=m.content)
+    return ChatCompletionRequestAssistantMessage(role="assistant", content=m.content)
+
+
 def chat_prompt_tokens(llama: Any, request: ChatRequest) -> list[int]:
     """The tokens `llama.create_chat_completion` feeds the model for `request`'s messages: the chat template
     it picked from the GGUF metadata (`tokenizer.chat_template`), rendered by llama-cpp-python's own
@@ -308,7 +326,7 @@ def chat_prompt_tokens(llama: Any, request: ChatRequest) -> list[int]:
                                     eos_token=llama._model.token_get_text(eos) if eos != -1 else "",
                                     bos_token=llama._model.token_get_text(bos) if bos != -1 else "")
     try:
-        result = formatter(messages=[{"role": m.role, "content": m.content} for m in request.messages])
+        result = formatter(messages=[_llama_message(m) for m in request.messages])
     except Exception as exc:  # a template's own raise_exception, or a Jinja error: one line either way
         raise BackendError(f"chat template of the embedded model failed ({' '.join(str(exc).split())[:200]})") \
             from None

@@ -39,7 +39,7 @@ import os
 import time
 from collections.abc import Coroutine
 from datetime import UTC
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard
 
 import aiohttp
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -430,7 +430,7 @@ class OpenAIBackend:
                 await session.close()
 
 
-def _refused(exc: aiohttp.ClientConnectionError) -> bool:
+def _refused(exc: aiohttp.ClientConnectionError) -> TypeGuard[aiohttp.ClientConnectorError]:
     """A connection refused (ECONNREFUSED; for a host with several addresses, refused on all of them)."""
     os_error = getattr(exc, "os_error", None) if isinstance(exc, aiohttp.ClientConnectorError) else None
     return getattr(os_error, "errno", None) == errno.ECONNREFUSED

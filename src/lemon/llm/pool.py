@@ -34,13 +34,14 @@ class Pool:
     def level_names(self) -> tuple[str, ...]:
         return tuple(lv.name for lv in self.levels)
 
-    def params(self, **overrides: object) -> GenParams:
-        """The pool's default generation parameters with `overrides` applied; a None override keeps the default.
+    def params(self, *, temperature: float | None = None, max_tokens: int | None = None) -> GenParams:
+        """The pool's default generation parameters with the given overrides applied; None keeps the default.
 
         The one place that merges "pool defaults plus command-line overrides", so every caller (eval, explain,
         run, training rollouts) samples workers the same way for the same options.
         """
-        return replace(self.defaults, **{k: v for k, v in overrides.items() if v is not None})
+        params = self.defaults if temperature is None else replace(self.defaults, temperature=temperature)
+        return params if max_tokens is None else replace(params, max_tokens=max_tokens)
 
     def level(self, name: str) -> Level:
         for lv in self.levels:

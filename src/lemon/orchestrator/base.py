@@ -35,7 +35,8 @@ class Orchestrator(Protocol):
     """Writes one spec per task. `level` is the pool level it calls (None: it calls none of the pool's, so
     nothing needs loading before it proposes)."""
 
-    level: str | None
+    @property
+    def level(self) -> str | None: ...
 
     async def propose(self, task: str, *, seed: int = 0) -> Proposal: ...
 

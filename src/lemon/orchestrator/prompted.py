@@ -88,6 +88,9 @@ class PromptedOrchestrator:
         """A bound on the prompt's tokens plus the generation limit."""
         return prompt_token_bound(self.messages(task)) + self.max_tokens
 
+    async def aclose(self) -> None:
+        """Nothing of its own to release: the pool it calls is its caller's (`Orchestrator.aclose`)."""
+
     async def propose(self, task: str, *, seed: int = 0) -> Proposal:
         request = ChatRequest(
             messages=self.messages(task),

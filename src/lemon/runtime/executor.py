@@ -37,7 +37,7 @@ from lemon.runtime.budget import (
 from lemon.runtime.examples_gate import TaskExamples, passes_examples
 from lemon.runtime.node_cache import NodeCache, NodeOutput
 from lemon.runtime.stop_rules import RunStopView, SureGate
-from lemon.runtime.trace import AgentTokens, StopDecision, Trace, TraceEvent
+from lemon.runtime.trace import AgentTokens, StopDecision, TopologyAgent, Trace, TraceEvent
 from lemon.seeds import stable_seed
 from lemon.spec.forward import Forward
 from lemon.spec.model import Agent, Spec, StopRule
@@ -62,7 +62,7 @@ class AgentPrompts:
     @classmethod
     def load(cls) -> AgentPrompts:
         data = load_yaml((resources.files("lemon.runtime") / "prompts.yaml").read_text("utf-8"))
-        return cls(**{k: data[k] for k in cls.__slots__})  # type: ignore[attr-defined]
+        return cls(**{k: data[k] for k in cls.__slots__})
 
 
 @dataclass
@@ -305,8 +305,8 @@ class _Run:
                     "models": {lv.name: lv.backend.model_id for lv in ex.pool.levels}}
         if self.draw_order:
             t.system["draw_order"] = list(self.draw_order)
-        t.topology = {"agents": [a.model_dump(mode="json") for a in spec.agents], "output": output,
-                      "edges": [[p, a.name] for a in spec.agents for p in a.depends_on]}
+        t.topology = {"agents": [cast(TopologyAgent, a.model_dump(mode="json")) for a in spec.agents],
+                      "output": output, "edges": [[p, a.name] for a in spec.agents for p in a.depends_on]}
         decision = self._emit("orchestrator_decision", "orchestrator", **(self.orchestrator or {})) \
             if self.orchestrator is not None else None
         skipped = tuple(a.name for a in spec.agents if a.name not in needed)

@@ -34,7 +34,7 @@ from lemon.spec.stops.policy import Reply
 class SureGate:
     """One voter's gate in one run: the scores so far (None for a parent that calls no model) and the sure one."""
 
-    threshold: int
+    threshold: float
     scores: dict[str, float | None] = field(default_factory=dict)
     sure: str | None = None
 
@@ -66,14 +66,26 @@ def gate_refusal(voter: Agent, parents: Sequence[str], spec: Spec, pool: Pool, r
 
 
 class _Run(Protocol):
-    """What a view needs of the executor's run (`executor._Run`)."""
+    """What a view needs of the executor's run (`executor._Run`): read only (properties, so the run's own dicts
+    match the read-only mappings named here)."""
 
-    task: str
-    spec: Spec
-    outputs: Mapping[str, str]
-    logprobs: Mapping[str, float]
-    tokens: Mapping[str, AgentTokens]
-    requests: Mapping[str, tuple[Backend, ChatRequest]]
+    @property
+    def task(self) -> str: ...
+
+    @property
+    def spec(self) -> Spec: ...
+
+    @property
+    def outputs(self) -> Mapping[str, str]: ...
+
+    @property
+    def logprobs(self) -> Mapping[str, float]: ...
+
+    @property
+    def tokens(self) -> Mapping[str, AgentTokens]: ...
+
+    @property
+    def requests(self) -> Mapping[str, tuple[Backend, ChatRequest]]: ...
 
     @property
     def pool(self) -> Pool: ...

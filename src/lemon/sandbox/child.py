@@ -84,7 +84,8 @@ WRITABLE_DIR = "/tmp"
 # i f c int/float/complex (hex text + ';'), u y str/bytes (length ':' data), L P S Z D list/tuple/set/
 # frozenset/dict (count ':' items; a dict's items alternate key, value).
 
-_SIZED = ((list, b"L"), (tuple, b"P"), (frozenset, b"Z"), (set, b"S"), (dict, b"D"))
+_SIZED: tuple[tuple[type[Any], bytes], ...] = ((list, b"L"), (tuple, b"P"), (frozenset, b"Z"), (set, b"S"),
+                                               (dict, b"D"))
 
 
 def encode(value: Any) -> bytes:
@@ -312,7 +313,7 @@ def python_layer() -> None:
         import _posixsubprocess
     except ImportError:
         return
-    _posixsubprocess.fork_exec = _deny("starting a process")  # type: ignore[attr-defined]
+    _posixsubprocess.fork_exec = _deny("starting a process")
 
 
 def contain(cfg: dict[str, Any]) -> None:

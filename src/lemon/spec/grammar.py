@@ -400,7 +400,7 @@ def _agent_rest(levels: Sequence[str], max_duty_len: int, max_agents: int, voter
     voter's stop rule."""
     more = [Rep(seq(", ", Ref("name")), 0, max_agents - 2)] if max_agents > 2 else []
     parents = seq("    depends_on: [", Ref("name"), *more, "]\n")
-    items: list[Node] = [opt(seq('\n    duty: "', Ref("duty"), '"')), "\n    capacity: ",
+    items: list[Node | str] = [opt(seq('\n    duty: "', Ref("duty"), '"')), "\n    capacity: ",
                          alt(dict.fromkeys(levels)), "\n"]
     if voter:  # a voter votes over its parents: it always has some (`validate_spec`)
         return seq(*items, parents, opt(seq("    stop: ", Ref("stop"), "\n")))

@@ -202,7 +202,7 @@ def _criterion_values(data: dict[str, Any]) -> dict[str, Any]:
         except ValidationError as exc:
             raise ValidationError.from_exception_data("StopRule", [
                 InitErrorDetails(type=PydanticCustomError("value_error", e["msg"])
-                                 if e["type"] == "value_error" else e["type"],  # type: ignore[typeddict-item]
+                                 if e["type"] == "value_error" else e["type"],
                                  loc=(key, *e["loc"]), input=e["input"], ctx=e.get("ctx", {}))
                 for e in exc.errors()]) from None
         if checked is not None:

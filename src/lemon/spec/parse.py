@@ -48,7 +48,7 @@ class _SpecLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def compose_node(self, parent: Any, index: Any) -> Any:
         event = self.peek_event()
         mark = event.start_mark
         if self._depth >= MAX_YAML_DEPTH:  # stop at once: composing 10,000 nested '[' takes seconds
@@ -72,7 +72,7 @@ _SpecLoader.add_implicit_resolver("tag:yaml.org,2002:null", re.compile(r"^(?:~|n
                                   ["~", "n", "N", ""])
 
 
-def _one_line(text: str) -> str:
+def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
 

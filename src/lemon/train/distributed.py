@@ -22,7 +22,7 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 import torch
 
@@ -96,7 +96,7 @@ class Distributed:
         """Element-wise sum over processes (float64, so token counts stay exact)."""
         if self.world == 1:
             return [float(v) for v in values]
-        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.accelerator.device)
+        t = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
         torch.distributed.all_reduce(t)
         return [float(v) for v in t.tolist()]
 
@@ -129,7 +129,7 @@ class Distributed:
         ok, value = self.all_objects(result)[0]
         if not ok:
             raise value
-        return value  # type: ignore[no-any-return]
+        return value
 
     def prepare(self, model: Any, optimizer: Any) -> tuple[Any, Any]:
         """The model the update runs (DDP/FSDP-wrapped, autocast under bf16) and its optimizer."""
@@ -177,16 +177,17 @@ class Distributed:
             return None
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        return get_model_state_dict(model, options=_full_state())
+        # full_state_dict gathers every value into one whole tensor (no shard left): the values are tensors
+        return cast(dict[str, torch.Tensor], get_model_state_dict(model, options=_full_state()))
 
     def optimizer_state(self, model: Any, optimizer: Any) -> dict[str, Any]:
         """The optimizer's state for a checkpoint; under FSDP gathered from every shard (a collective, like
         `model_state`), keyed by parameter name, so any number of processes can load it."""
         if not self.sharded:
-            return optimizer.state_dict()  # type: ignore[no-any-return]
+            return optimizer.state_dict()
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-        return get_optimizer_state_dict(model, optimizer, options=_full_state())  # type: ignore[return-value]
+        return get_optimizer_state_dict(model, optimizer, options=_full_state())
 
     def load_optimizer_state(self, model: Any, optimizer: Any, state: dict[str, Any]) -> None:
         """Inverse of `optimizer_state`; under FSDP only the main process needs `state` (it is broadcast)."""

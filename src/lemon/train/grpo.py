@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -63,6 +63,10 @@ from lemon.train.settings import TrainSettings, effective_config
 from lemon.train.tasks import TrainTask, load_train_tasks, split_record
 from lemon.train.update import policy_update, trainable
 from lemon.train.workers import worker_executor, worker_tasks
+
+if TYPE_CHECKING:
+    from peft import PeftModel
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -237,7 +241,7 @@ def _prompt_style(s: TrainSettings, checkpoint: Path | None) -> str:
     return read_prompt_style(source) if source is not None and source.exists() else "full"
 
 
-def enable_checkpointing(model: torch.nn.Module) -> None:
+def enable_checkpointing(model: PreTrainedModel | PeftModel) -> None:
     """Activation (gradient) checkpointing, non-reentrant, so a LoRA model needs no input gradients."""
     enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.2x
     if enable is not None:
@@ -253,7 +257,7 @@ def _run_info(s: TrainSettings, cfg: TrainConfig, split: str, tasks: Sequence[Tr
     from importlib import metadata
 
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(s).items() if k != "ablation"}
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in ("torch", "transformers", "peft", "lemon-mas"):
         try:
             versions[pkg] = metadata.version(pkg)

@@ -24,6 +24,7 @@ from lemon.paths import models_dir
 
 if TYPE_CHECKING:
     import torch
+    from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from lemon.train.config import LoraSettings
@@ -152,7 +153,7 @@ def policy_device() -> str:
 
 def load_policy(name_or_path: str | None = None, *, lora: LoraSettings | None = None,
                 dtype: torch.dtype | None = None,
-                device: str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+                device: str | None = None) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer (None = the default SmolLM2 policy), optionally with LoRA, on
     `device` (default `policy_device()`).
 
@@ -176,15 +177,16 @@ def load_policy(name_or_path: str | None = None, *, lora: LoraSettings | None = 
     source = str(Path(source).expanduser()) if looks_local else source
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+        loaded = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
     except OSError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ModelFileError(f"cannot load policy {source!r}: {first}") from exc
     _check_tokenizer(tokenizer, source)
     _ensure_pad_token(tokenizer)
-    if model.config.pad_token_id is None:
-        model.config.pad_token_id = tokenizer.pad_token_id
-    model = model.to(device or policy_device())
+    if loaded.config.pad_token_id is None:
+        loaded.config.pad_token_id = tokenizer.pad_token_id
+    # transformers types `to` through functools.wraps of torch's, as if it took the module again: a stub error
+    model: PreTrainedModel | PeftModel = loaded.to(device or policy_device())  # type: ignore[arg-type]
     if lora is not None:
         from peft import LoraConfig, get_peft_model
 

@@ -24,9 +24,19 @@ from lemon.train.token_spans import first_divergence
 
 class PolicyHandle(Protocol):
     model: Any          # a torch module whose forward `batch_logprobs` can call
-    pad_id: int
-    prompt_style: str   # the policy prompt it is asked with (`policy_prompt.PROMPT_STYLES`)
-    decoding: SpecDecoding | None  # the spec grammar it samples under (None: free decoding)
+
+    @property
+    def pad_id(self) -> int: ...
+
+    @property
+    def prompt_style(self) -> str:
+        """The policy prompt it is asked with (`policy_prompt.PROMPT_STYLES`)."""
+        ...
+
+    @property
+    def decoding(self) -> SpecDecoding | None:
+        """The spec grammar it samples under (None: free decoding)."""
+        ...
 
     def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]: ...
 

@@ -347,7 +347,7 @@ def _edit_options(s: Sample, allowed: Sequence[str], levels: Sequence[str],
     spans = s.rendered.spans
     spec = s.spec
     inert = {a.name for a in spec.agents if not roles[a.role].calls_model}
-    options = {f: [r for r in live_fields(spec, applicable_edits(spec, f, levels))  # type: ignore[arg-type]
+    options = {f: [r for r in live_fields(spec, applicable_edits(spec, f, levels))
                    if r in spans and not (edit_family(f).model_only and r.agent in inert)] for f in allowed}
     return {f: refs for f, refs in options.items() if refs}
 

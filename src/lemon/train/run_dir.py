@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,7 +78,7 @@ class RunDir:
             _truncate_jsonl(path, step)
         return ckpt
 
-    def append(self, path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    def append(self, path: Path, rows: Sequence[Mapping[str, object]]) -> None:
         with path.open("a", encoding="utf-8") as fh:
             for row in rows:
                 fh.write(json.dumps(row, default=str) + "\n")

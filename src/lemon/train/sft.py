@@ -19,11 +19,11 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -36,7 +36,7 @@ from lemon.spec.roles import RoleLibrary
 from lemon.train.distributed import wants_cuda
 from lemon.train.generation import batch_logprobs, chat_prompt_ids, eos_ids, generate
 from lemon.train.tasks import TrainTask, is_correct, load_train_tasks, split_record
-from lemon.train.verified import live_spec
+from lemon.train.verified import Chooser, Menu, live_spec
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +211,14 @@ async def bank_examples(tasks: Sequence[TrainTask], s: SFTSettings, progress: Pr
     return verified_sft_examples(targets, won)
 
 
-def _pooled_choice(pooled: str, prompt_style: str) -> dict[str, Any]:
+class _PooledChoice(TypedDict, total=False):
+    """`pooled_bank_targets`' keywords that pick the teacher's menu and chooser (absent: its defaults)."""
+
+    menu: Menu
+    choose: Chooser
+
+
+def _pooled_choice(pooled: str, prompt_style: str) -> _PooledChoice:
     """The menu and chooser of a pooled teacher (`pooled_bank_targets`' keywords): its defaults for `reward`."""
     if pooled == "reward":
         return {}
@@ -240,7 +247,11 @@ async def _prompted(tasks: Sequence[TrainTask], s: SFTSettings,
 
 
 #: The SFT teachers: a new one is a function of (tasks, settings, progress) and an entry here.
-TEACHERS = {"prompted": _prompted, "library": library_examples, "bank": bank_examples,
+#: An SFT teacher: the examples of some tasks and its counts (`build_examples`).
+Teacher = Callable[[Sequence[TrainTask], SFTSettings, Progress | None],
+                   Awaitable[tuple[list[SFTExample], dict[str, int]]]]
+
+TEACHERS: dict[str, Teacher] = {"prompted": _prompted, "library": library_examples, "bank": bank_examples,
             "bank-pooled": partial(bank_examples, pooled="reward"),
             "bank-budget": partial(bank_examples, pooled="budget"),
             "bank-budget-programs": partial(bank_examples, pooled="budget-programs")}

@@ -117,6 +117,8 @@ class _SlotLM(torch.nn.Module):
     row k (k < T) predicts completion token k, whatever the prompt (the policy is not conditioned on it).
     """
 
+    mask: torch.Tensor  # a registered buffer (moves with the module): declared so its type is known
+
     def __init__(self, allowed: Sequence[Sequence[int]], vocab: int) -> None:
         super().__init__()
         self.theta = torch.nn.Parameter(torch.zeros(len(allowed), vocab))

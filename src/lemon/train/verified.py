@@ -57,7 +57,7 @@ def candidate_specs(kind: str, roles: RoleLibrary, levels: Sequence[str]) -> lis
     from lemon.evaluation.baselines import baseline_spec
     from lemon.orchestrator.template import team_spec
 
-    out = [("template", team_spec(kind, roles, levels))]  # type: ignore[arg-type]
+    out = [("template", team_spec(kind, roles, levels))]
     for method, n in CANDIDATE_BASELINES:
         for level in levels:
             spec = baseline_spec(method, kind, level=level, seed=0, n=n)

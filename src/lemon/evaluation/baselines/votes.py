@@ -51,10 +51,11 @@ def _stopping(rule: StopRule) -> Builder:
     return build
 
 
-def _vote(name: str, description: str, build: Builder, **facts: bool
-          ) -> BaselineKind:
+def _vote(name: str, description: str, build: Builder, *, scores_replies: bool = False,
+          runs_examples: bool = False) -> BaselineKind:
     """A vote team: `VOTERS` voters by default, at most `MOST_VOTERS`."""
-    return BaselineKind(name, description, build, default_n=VOTERS, most_n=MOST_VOTERS, **facts)
+    return BaselineKind(name, description, build, default_n=VOTERS, most_n=MOST_VOTERS,
+                        scores_replies=scores_replies, runs_examples=runs_examples)
 
 
 BASELINES = (

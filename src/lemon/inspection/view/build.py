@@ -99,7 +99,7 @@ def store_page(db: ResultsStore, *, run_ids: Sequence[str] | None = None, focus:
         for k in wanted:
             if k in found:
                 index[k] = len(traces)
-                traces.append(found[k])
+                traces.append(found[k].compact_json())
         items[r.run_id] = _item_arrays(rows[r.run_id], index, db.task_texts(r.run_id))
     start = (f"#item/{_enc(focus[0])}/{_enc(focus[1])}/{focus[2]}" if focus else
              f"#run/{_enc(runs[0].run_id)}" if len(runs) == 1 else "#runs")

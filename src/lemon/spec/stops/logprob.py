@@ -66,7 +66,7 @@ class Logprob(StopCriterion):
         return await view.score(parent)
 
     def threshold(self, value: Any) -> float:
-        return value  # type: ignore[no-any-return]
+        return value
 
 
 CRITERIA = (Logprob(),)
