@@ -84,8 +84,8 @@ async def score_voters(executor: Executor, bench: str, item: object, run_seed: i
 
 
 async def collect(store: ResultsStore, splits: list[str], known: dict[str, ItemDraws], score: bool = False,
-                  limits: dict[str, int] | None = None, seeds: int | None = None,
-                  pool_name: str = "cpu") -> list[ItemDraws]:
+                  pool_name: str = "cpu", *, limits: dict[str, int] | None = None,
+                  seeds: int | None = None) -> list[ItemDraws]:
     """Every banked (item, seed) of `splits` as ItemDraws (those in `known` are not replayed again), of each
     split's first `limits[split]` items and seeds below `seeds` where given, replayed on `pool_name` offline;
     with `score`, prose voters without a log-probability are scored first (`score_voters`)."""
