@@ -35,7 +35,7 @@ from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
 from lemon.errors import LemonError, run_script
-from lemon.evaluation.bank import bank_keys, vote_team
+from lemon.evaluation.bank import bank_keys, bank_params, vote_team
 from lemon.evaluation.baselines import baseline_spec
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.store import ResultsStore
@@ -85,24 +85,24 @@ async def score_voters(executor: Executor, bench: str, item: object, run_seed: i
                        vote_key=lambda text: task.extract(text, item))  # type: ignore[arg-type]
 
 
-async def collect(store: ResultsStore, splits: list[str], known: dict[str, ItemDraws],
-                  score: bool = False, pool_name: str = "cpu") -> list[ItemDraws]:
-    """Every banked (item, seed) of `splits` as ItemDraws (those in `known` are not replayed again); with
-    `score`, prose voters without a log-probability are scored first (`score_voters`)."""
+async def collect(store: ResultsStore, splits: list[str], known: dict[str, ItemDraws], score: bool = False,
+                  pool_name: str = "cpu", *, limits: dict[str, int] | None = None,
+                  seeds: int | None = None) -> list[ItemDraws]:
+    """Every banked (item, seed) of `splits` as ItemDraws (those in `known` are not replayed again), of each
+    split's first `limits[split]` items and seeds below `seeds` where given, replayed on `pool_name` offline;
+    with `score`, prose voters without a log-probability are scored first (`score_voters`)."""
     pool, roles = load_pool(pool_name, offline=True), RoleLibrary.load()
     online = load_pool(pool_name) if score else None
     out = []
     for bench_split in splits:
         bench, split = bench_split.split(":")
         task = get_benchmark(bench)
-        keys, config = bank_keys(store, bench, "large", None, split)
-        limit = config.get("max_tokens")  # None: the pool's default, as the bank run drew them
-        params = pool.params(temperature=float(config["temperature"]),  # type: ignore[arg-type]
-                             max_tokens=None if limit is None else int(limit))  # type: ignore[call-overload]
+        keys, config = bank_keys(store, bench, "large", seeds, split)
+        params = bank_params(pool, config)
         executor, max_tokens = Executor(pool, roles, params=params), params.max_tokens
         scorer = Executor(online, roles, params=params) if online is not None else None
-        items = {str(i.id): i for i in load_split(bench, split)}
-        for item_id, seed in sorted(keys):
+        items = {str(i.id): i for i in load_split(bench, split)[:(limits or {}).get(bench_split)]}
+        for item_id, seed in sorted(k for k in keys if k[0] in items):
             key = f"{item_id}@{seed}"
             if key in known:
                 out.append(known[key])

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from lemon.benchmarks.registry import get_benchmark, load_split
 from lemon.errors import LemonError, run_script
-from lemon.evaluation.bank import bank_keys, vote_team
+from lemon.evaluation.bank import bank_keys, bank_params, vote_team
 from lemon.evaluation.baselines import GATE_LOGPROB, baseline_spec, supports
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.report import mcnemar_exact
@@ -67,10 +67,14 @@ class Rule:
     threshold: str
     team: Callable[[str, str], Spec]
     programs: bool = False  # it runs program voters: number benchmarks only
+    kinds: tuple[str, ...] | None = None  # the answer kinds it runs on (None: every kind)
 
     @property
     def label(self) -> str:
         return f"{self.family} {self.threshold}"
+
+    def runs_on(self, kind: str) -> bool:
+        return (not self.programs or supports("cross-check", kind)) and (self.kinds is None or kind in self.kinds)
 
 
 def _vote(voters: int, rule: StopRule | None) -> Callable[[str, str], Spec]:
@@ -105,6 +109,10 @@ class Curve:
     def mean_tokens(self) -> float:
         return statistics.mean(self.tokens.values())
 
+    def only(self, keys: set[Key]) -> Curve:
+        """The same results on `keys` only (every rule compared on the same pairs)."""
+        return Curve(*({k: v for k, v in d.items() if k in keys} for d in (self.correct, self.tokens, self.voters)))
+
 
 def bank_pairs(store: ResultsStore, benchmark: str, level: str, split: str, limit: int | None,
                seeds: int | None) -> tuple[list[tuple[object, int]], dict[str, object]]:
@@ -115,22 +123,25 @@ def bank_pairs(store: ResultsStore, benchmark: str, level: str, split: str, limi
 
 
 async def replay(benchmark: str, store: ResultsStore, chosen: list[Rule], curves: dict[str, Curve],
-                 args: argparse.Namespace) -> int:
-    """Every rule of `chosen` on every banked pair of `benchmark`, offline; returns the pairs replayed."""
+                 args: argparse.Namespace, tolerant: bool = False) -> int:
+    """Every rule of `chosen` on every banked pair of `benchmark`, offline; returns the pairs replayed. A rule the
+    bank cannot answer on a pair is an error, or (`tolerant`) leaves that pair out of the rule's curve."""
     task = get_benchmark(benchmark)
     pairs, config = bank_pairs(store, benchmark, args.level, args.split, args.limit, args.seeds)
     pool = load_pool(args.pool, offline=True)
-    max_tokens = config.get("max_tokens")
-    params = pool.params(temperature=float(config["temperature"]),  # type: ignore[arg-type]
-                         max_tokens=None if max_tokens is None else int(max_tokens))  # type: ignore[call-overload]
-    executor = Executor(pool, RoleLibrary.load(), params=params, node_cache=NodeCache())  # a program runs once
+    # a program runs once
+    executor = Executor(pool, RoleLibrary.load(), params=bank_params(pool, config), node_cache=NodeCache())
     for item, seed in pairs:
         run_seed = item_seed(benchmark, item.id, seed)  # type: ignore[attr-defined]
         for rule in chosen:
-            if rule.programs and not supports("cross-check", task.kind):
+            if not rule.runs_on(task.kind):
                 continue
             result = await executor.run(rule.team(task.kind, args.level), task.prompt(item), seed=run_seed,
                                         vote_key=lambda text, it=item: task.extract(text, it))
+            if result.status != "ok" and tolerant:
+                log.info("%s %s seed %s, %s: not in the bank (%s)", benchmark, item.id, seed, rule.label,  # type: ignore[attr-defined]
+                         result.stop_reason)
+                continue
             if result.status != "ok":
                 raise LemonError(f"{benchmark} {item.id} seed {seed}, {rule.label}: {result.stop_reason}; "  # type: ignore[attr-defined]
                                  "bank what it lacks first (or leave the program cross-check out: --no-programs)")
@@ -192,15 +203,16 @@ def families(chosen: list[Rule], curves: dict[str, Curve]) -> dict[str, list[tup
     return out
 
 
-def points_table(chosen: list[Rule], curves: dict[str, Curve], benchmarks: list[str]) -> list[str]:
+def points_table(fams: dict[str, list[tuple[str, Curve]]], benchmarks: list[str]) -> list[str]:
+    """Each family's points (`families`): accuracy, tokens and voters over its pairs, and each benchmark's accuracy."""
     head = " | ".join(f"{b} %" for b in benchmarks)
-    lines = [f"| rule | threshold | accuracy % | worker tokens / item | voters run | {head} |",
-             "|---|---|---|---|---|" + "---|" * len(benchmarks)]
-    for family, points in families(chosen, curves).items():
+    lines = [f"| rule | threshold | accuracy % | worker tokens / item | voters run | pairs | {head} |",
+             "|---|---|---|---|---|---|" + "---|" * len(benchmarks)]
+    for family, points in fams.items():
         for threshold, c in points:
             per = " | ".join(_bench_accuracy(c, b) for b in benchmarks)
             lines.append(f"| {family} | {threshold} | {c.accuracy():.1f} | {c.mean_tokens():.0f} | "
-                         f"{statistics.mean(c.voters.values()):.2f} | {per} |")
+                         f"{statistics.mean(c.voters.values()):.2f} | {len(c.correct)} | {per} |")
     return lines
 
 
@@ -265,7 +277,7 @@ def main() -> None:
         counts = {b: asyncio.run(replay(b, store, chosen, curves, args)) for b in args.benchmarks}
     print(f"## Stop rules at matched tokens, `{args.split}`: "
           + ", ".join(f"{b} {n} pairs" for b, n in counts.items()) + ", replayed from the sample bank\n")
-    print("\n".join(points_table(chosen, curves, args.benchmarks)) + "\n")
+    print("\n".join(points_table(families(chosen, curves), args.benchmarks)) + "\n")
     for budget in args.budget or default_budgets(curves):
         print("\n".join(matched_table(chosen, curves, budget)))
     if args.json:

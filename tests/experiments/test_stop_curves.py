@@ -4,15 +4,13 @@ from a sample bank (here one that `lemon eval` builds on the scripted test-doubl
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.evaluation.test_cli import scripted_pool_yaml
-from tests.experiments import load_script
+from tests.experiments import load_script, scripted_bank
 
 curves = load_script("stop_curves")
 ROOT = Path(__file__).parents[2]
@@ -70,15 +68,7 @@ def _digest(path: Path) -> str:
 
 
 def test_the_curves_replay_a_bank_offline_and_only_read_the_store(tmp_path: Path, data_dir: Path) -> None:
-    pool = scripted_pool_yaml(tmp_path / "pool.yaml", 0.0)
-    store = tmp_path / "bank.sqlite"
-    env = {**os.environ, "LEMON_HOME": str(tmp_path / "home"), "LEMON_DATA_DIR": str(data_dir), "COLUMNS": "200"}
-    for method in ("sc-cot", "cges", "sc-pot"):  # the 5-vote bank, its replies' scores, the program voters
-        done = subprocess.run([sys.executable, "-m", "lemon.cli.main", "eval", "svamp", "--method", method,
-                               "--agents", "5", "--split", "train", "--limit", "2", "--seeds", "1", "--pool", str(pool),
-                               "--level", "large", "--store", str(store)], env=env, capture_output=True, text=True,
-                              timeout=300, cwd=ROOT)
-        assert done.returncode == 0, done.stderr[-2000:]
+    pool, store, env = scripted_bank(tmp_path, data_dir)
     before = _digest(store)
     args = [sys.executable, str(ROOT / "experiments" / "stop_curves.py"), "--store", str(store), "--benchmarks",
             "svamp", "--limit", "2", "--pool", str(pool), "--budget", "100"]

@@ -14,6 +14,8 @@ from lemon.errors import StorageError
 from lemon.evaluation.baselines import MAX_ORDER, baseline_spec
 from lemon.evaluation.item import WORKER_SEEDS
 from lemon.evaluation.store import ResultsStore, RunInfo
+from lemon.llm.base import GenParams
+from lemon.llm.pool import Pool
 from lemon.spec.model import Spec, StopRule
 
 #: Voters per (item, seed) the bank holds.
@@ -51,3 +53,11 @@ def bank_keys(store: ResultsStore, benchmark: str, level: str, seeds: int | None
         raise StorageError(f"no {BANK_VOTERS}-voter sc-cot run of {benchmark} {split} at {level} in the store: "
                            "run experiments/adaptive_cpu.sh bank (or train-bank) first")
     return keys, config
+
+
+def bank_params(pool: Pool, config: dict[str, object]) -> GenParams:
+    """The sampling parameters a bank run drew with (its config: temperature, reply limit; None: the pool's
+    default), so a replay sends the same requests and the LLM cache answers them."""
+    limit = config.get("max_tokens")
+    return pool.params(temperature=float(config["temperature"]),  # type: ignore[arg-type]
+                       max_tokens=None if limit is None else int(limit))  # type: ignore[call-overload]
