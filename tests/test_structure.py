@@ -17,9 +17,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = ("spec", "llm", "sandbox", "runtime", "orchestrator", "benchmarks", "evaluation", "train", "inspection",
           "api", "cli")
 # Leaf modules anyone may import (they import nothing of LEMON but lemon.errors; `lemon.extract`: the pure answer
-# extractors, which the answer kinds of `lemon.orchestrator.kinds` hold).
-LEAVES = {"lemon", "lemon.errors", "lemon.extract", "lemon.files", "lemon.paths", "lemon.seeds", "lemon.sqlitefile",
-          "lemon.yamlfile"}
+# extractors, which the answer kinds of `lemon.orchestrator.kinds` hold; `lemon.registry`: the registries' one class).
+LEAVES = {"lemon", "lemon.errors", "lemon.extract", "lemon.files", "lemon.paths", "lemon.registry", "lemon.seeds",
+          "lemon.sqlitefile", "lemon.yamlfile"}
 MAX_LINES = 60
 # The package root is a leaf (LemonError, __version__) that is also the public face: it re-exports the API layer,
 # imported lazily on first use of one of its names (issue 53), and nothing else above the leaves.

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lemon.errors import LemonError
 from lemon.extract import extract_choice, extract_code, extract_number, numbers_equal
+from lemon.registry import Registry
 from lemon.runtime.examples_gate import sandbox_missing, task_code, task_examples
 
 log = logging.getLogger(__name__)
@@ -108,20 +108,22 @@ CODE = AnswerKind("code", detect=_shows_code, extract=extract_code, team=_code_t
 
 #: The registry, in listing order. Detection asks the LATER kinds first (a later kind is the more specific:
 #: code before choice before number, which takes any task).
-_KINDS: dict[str, AnswerKind] = {k.name: k for k in (NUMBER, CHOICE, CODE)}
+_KINDS: Registry[AnswerKind] = Registry("answer kind", lambda k: k.name, (NUMBER, CHOICE, CODE))
+#: Add a kind defined outside this module (a plug-in, a test; its name new); or one for a `with` block.
+register, registered = _KINDS.register, _KINDS.registered
 
 
 def kind_names() -> tuple[str, ...]:
     """Every registered kind's name, in listing order."""
-    return tuple(_KINDS)
+    return _KINDS.names()
 
 
 def answer_kind(name: str) -> AnswerKind:
     """The kind registered as `name`; a one-line error names the known ones."""
-    try:
-        return _KINDS[str(name)]
-    except KeyError:
-        raise LemonError(f"unknown answer kind {name!r}; expected one of: {', '.join(_KINDS)}") from None
+    found = _KINDS.get(str(name))
+    if found is None:
+        raise LemonError(f"unknown answer kind {name!r}; expected one of: {', '.join(_KINDS.names())}")
+    return found
 
 
 def find_kind(name: str | None) -> AnswerKind | None:
@@ -151,21 +153,3 @@ def extracted_answer(task: str, text: str) -> str | None:
     """The answer in `text` for the kind `task` asks for (a number, a letter, code), or None if none is found."""
     extract = reply_extractor(task_kind(task))
     return extract(text) if extract is not None else (text.strip() or None)
-
-
-def register(kind: AnswerKind) -> AnswerKind:
-    """Add a kind defined outside this module (a plug-in, a test); its name must be new."""
-    if kind.name in _KINDS:
-        raise LemonError(f"answer kind {kind.name!r} is registered already")
-    _KINDS[kind.name] = kind
-    return kind
-
-
-@contextmanager
-def registered(kind: AnswerKind) -> Iterator[AnswerKind]:
-    """`kind` registered for the duration of a `with` block (a test's own kind), then taken out again."""
-    register(kind)
-    try:
-        yield kind
-    finally:
-        _KINDS.pop(kind.name, None)

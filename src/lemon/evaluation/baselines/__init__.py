@@ -76,15 +76,12 @@ elsewhere (a test, a plug-in) enters with `register` (or `registered`, which tak
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from lemon.errors import LemonError
 from lemon.evaluation.baselines.base import COT_DUTY, BaselineKind, Builder
 from lemon.evaluation.baselines.programs import MAX_ORDER, program_role, voter_team
 from lemon.evaluation.baselines.votes import ASC_CONFIDENCE, CGES_POSTERIOR, GATE_LOGPROB
 from lemon.orchestrator.kinds import find_kind
+from lemon.registry import Registry
 from lemon.spec.model import Spec
 
 #: The family files, in the order reports list their baselines; each exposes `BASELINES`.
@@ -96,34 +93,32 @@ _FILES = (
 )
 
 
-def _load() -> dict[str, BaselineKind]:
-    found = [b for name in _FILES for b in importlib.import_module(f"{__name__}.{name}").BASELINES]
-    return {b.name: b for b in found}
-
-
-_TABLE = _load()
+_REGISTRY: Registry[BaselineKind] = Registry.from_files("baseline", lambda b: b.name, __name__, _FILES,
+                                                        "BASELINES")
+#: Add a baseline defined outside the family files (a plug-in, a test; its name new); or one for a `with` block.
+register, registered = _REGISTRY.register, _REGISTRY.registered
 
 
 def baselines() -> tuple[BaselineKind, ...]:
     """Every registered baseline, in report order."""
-    return tuple(_TABLE.values())
+    return _REGISTRY.values()
 
 
 def method_names() -> tuple[str, ...]:
     """The baseline method names, in the order reports list them."""
-    return tuple(_TABLE)
+    return _REGISTRY.names()
 
 
 def find_baseline(name: str) -> BaselineKind | None:
     """The baseline registered as `name`, or None (an orchestrating method, or no method)."""
-    return _TABLE.get(name)
+    return _REGISTRY.get(name)
 
 
 def get_baseline(name: str) -> BaselineKind:
     """The baseline registered as `name`; a one-line error lists the valid ones."""
-    found = _TABLE.get(name)
+    found = _REGISTRY.get(name)
     if found is None:
-        raise LemonError(f"unknown baseline {name!r}; valid: {', '.join(_TABLE)}")
+        raise LemonError(f"unknown baseline {name!r}; valid: {', '.join(_REGISTRY.names())}")
     return found
 
 
@@ -143,24 +138,6 @@ def baseline_spec(method: str, kind: str, *, level: str, seed: int = 0, n: int |
     `validate_spec` on it like on any other spec (the level must be one of the pool's).
     """
     return get_baseline(method).spec(kind, level=level, seed=seed, n=n)
-
-
-def register(baseline: BaselineKind) -> BaselineKind:
-    """Add a baseline defined outside the family files (a plug-in, a test); its name must be new."""
-    if baseline.name in _TABLE:
-        raise LemonError(f"baseline {baseline.name!r} is registered already")
-    _TABLE[baseline.name] = baseline
-    return baseline
-
-
-@contextmanager
-def registered(baseline: BaselineKind) -> Iterator[BaselineKind]:
-    """`baseline` registered for the duration of a `with` block (a test's own), then taken out again."""
-    register(baseline)
-    try:
-        yield baseline
-    finally:
-        _TABLE.pop(baseline.name, None)
 
 
 __all__ = ["ASC_CONFIDENCE", "CGES_POSTERIOR", "COT_DUTY", "GATE_LOGPROB", "MAX_ORDER", "BaselineKind", "Builder",

@@ -15,10 +15,7 @@ keys in a rule's dump; a rule's text writes its gate first, then its criterion.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Iterator
-from contextlib import contextmanager
-
+from lemon.registry import Registry
 from lemon.spec.stops.base import StopCriterion, StopView, answer_counts
 
 _FILES = (
@@ -31,39 +28,21 @@ _FILES = (
 )
 
 
-def _load() -> dict[str, StopCriterion]:
-    found = [c for name in _FILES for c in importlib.import_module(f"{__name__}.{name}").CRITERIA]
-    return {c.key: c for c in found}
-
-
-_TABLE = _load()
+#: The modifiers a criterion's key may not take (they qualify the rule, `spec.model.StopRule`).
+_MODIFIERS = ("max", "wave")
+_REGISTRY: Registry[StopCriterion] = Registry.from_files("stop criterion", lambda c: c.key, __name__, _FILES,
+                                                         "CRITERIA", reserved=_MODIFIERS)
+#: Add a criterion defined elsewhere (its key new, not a modifier); or one for a `with` block (a test's own).
+register, registered = _REGISTRY.register, _REGISTRY.registered
 
 
 def criteria() -> tuple[StopCriterion, ...]:
     """Every registered criterion, in registry order."""
-    return tuple(_TABLE.values())
+    return _REGISTRY.values()
 
 
 def find_criterion(key: str) -> StopCriterion | None:
-    return _TABLE.get(key)
-
-
-def register(criterion: StopCriterion) -> StopCriterion:
-    """Add a criterion defined elsewhere; its key must be new (and not a modifier: max, wave)."""
-    if criterion.key in _TABLE or criterion.key in ("max", "wave"):
-        raise ValueError(f"stop criterion {criterion.key!r} is registered already")
-    _TABLE[criterion.key] = criterion
-    return criterion
-
-
-@contextmanager
-def registered(criterion: StopCriterion) -> Iterator[StopCriterion]:
-    """`criterion` registered for the duration of a `with` block (a test's own), then taken out again."""
-    register(criterion)
-    try:
-        yield criterion
-    finally:
-        _TABLE.pop(criterion.key, None)
+    return _REGISTRY.get(key)
 
 
 __all__ = ["StopCriterion", "StopView", "answer_counts", "criteria", "find_criterion", "register", "registered"]
