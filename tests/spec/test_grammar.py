@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from lemon.spec.grammar import int_range, name_node, spec_grammar
-from lemon.spec.model import MAX_DUTY_LEN, Agent, Spec
+from lemon.spec.model import MAX_DUTY_LEN, Agent, Spec, StopRule
 from lemon.spec.parse import parse_spec
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
@@ -146,3 +146,13 @@ def test_roles_and_levels_are_the_pools_own() -> None:
     assert '"lo" | "hi"' in lark and '"small"' not in lark
     assert all(f'"{r}"' in lark for r in ROLES)
     assert name_node(1, 3) != name_node(1, 4)
+
+
+@pytest.mark.parametrize("nats", [-1, -10, -100, -101, -999, -1000])
+def test_every_logprob_gate_bound_is_in_both_grammars(engines: tuple[Any, Any, LlamaGrammarCheck], nats: int) -> None:
+    """The numbers that are prefixes of -1000's digits (-10, -100, -101): llguidance's longest-lexeme lexer once
+    read them as an unfinished "1000" and refused them, where GBNF took them (found by the property above)."""
+    voter = Agent(name="zz_vote", role="majority_vote", capacity=LEVELS[0], depends_on=("a",),
+                  stop=StopRule(logprob=nats))
+    spec = Spec(agents=(Agent(name="a", role="analyst", capacity=LEVELS[0]), voter), output="zz_vote")
+    assert verdicts(engines, render_spec(spec).text) == (True, True)

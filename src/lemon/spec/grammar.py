@@ -159,9 +159,18 @@ def _regex_notation(rules: dict[str, Node]) -> _Notation:
     return notation
 
 
+def _lark_literal(text: str) -> str:
+    """A quoted string; digits alone one lexeme a digit. Why: llguidance's lexer takes the longest lexeme, so
+    beside the string "1000" (the end of -1000..-1) the text `-10` or `-100` lexed as an unfinished "1000" and
+    was refused, which GBNF (characters, no lexer) took (found by test_every_rendered_spec_is_in_the_grammar)."""
+    if text.isascii() and text.isdigit():
+        return " ".join(f"/{c}/" for c in text)
+    return _lark_text(text)
+
+
 def _lark_notation(terminals: frozenset[str]) -> _Notation:
     """llguidance's Lark: a terminal's name in capitals."""
-    return _Notation(lit=_lark_text, chars=lambda node: f"/{_regex_class(node)}/",
+    return _Notation(lit=_lark_literal, chars=lambda node: f"/{_regex_class(node)}/",
                      ref=lambda name: name.upper() if name in terminals else name, sep=" ", group="(", bar=" | ")
 
 
