@@ -184,3 +184,28 @@ def test_watch_keeps_the_page_current_until_ctrl_c(tmp_path: Path, _isolated_hom
     assert proc.returncode == 130, err
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("interrupted: the page written last")
     assert page.is_file() and "gsm8k/test/1" in page.read_text()
+
+
+def test_watch_stops_on_ctrl_c_even_when_started_with_sigint_ignored(tmp_path: Path, _isolated_home: Path) -> None:
+    """A script's background job (or a test runner) hands SIGINT over ignored; Ctrl-C is still the watch's stop."""
+    store, page = tmp_path / "r.sqlite", tmp_path / "view.html"
+    with ResultsStore(store) as db:
+        db.ensure_run("live000000000000", benchmark="gsm8k", split="test", method="cot", pool="p", level="small",
+                      seeds=1, n_items=50, config={})
+        _put(db, "live000000000000", 0)
+    env = {**os.environ, "LEMON_HOME": str(_isolated_home), "COLUMNS": "200"}
+    proc = subprocess.Popen([sys.executable, "-m", "lemon.cli.main", "view", str(store), "--file", str(page),
+                             "--watch", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 180
+    while not page.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # past the page's write, into the watch loop
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        err = "lemon view --watch ignored Ctrl-C"
+    assert proc.returncode == 130, err

@@ -30,6 +30,7 @@ from lemon.cli.options import (
     consoles,
     opt,
     output_file,
+    stop_on_signals,
 )
 from lemon.errors import LemonError
 from lemon.evaluation.methods import shown_level
@@ -388,8 +389,12 @@ def _stamp(files: list[Path]) -> tuple[tuple[int, int], ...]:
 def _watch(page: Any, dest: Path, every: int, files: list[Path]) -> None:
     """Rewrite `dest` every `every` seconds while the source changes, until Ctrl-C (exit 130, the page kept).
     Bounded: one page at a time, each as bounded as the first (--max-traces, --max-steps), none when nothing
-    changed; a source that cannot be read any more ends the watch with its one-line error."""
+    changed; a source that cannot be read any more ends the watch with its one-line error. Ctrl-C is its normal
+    stop, so it is taken even where SIGINT was handed over ignored (a script's background job, a test runner that
+    ignored it): `stop_on_signals`, as `lemon serve` does."""
     import time
+
+    stop_on_signals()
 
     from lemon.files import write_output
 
