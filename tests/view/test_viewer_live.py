@@ -147,20 +147,39 @@ def _put(db: ResultsStore, run_id: str, i: int) -> None:
                            trace_id=None, status="ok", trace_json=None))
 
 
-def test_watch_keeps_the_page_current_until_ctrl_c(tmp_path: Path, _isolated_home: Path) -> None:
+def _start_watch(tmp_path: Path, home: Path,
+                 sigint: object = signal.SIG_DFL) -> tuple[subprocess.Popen[str], Path, Path]:
+    """A store with one item and `lemon view --watch 1` on it (started with SIGINT's disposition `sigint`), once
+    its first page is written: the process, the store, the page."""
     store, page = tmp_path / "r.sqlite", tmp_path / "view.html"
     with ResultsStore(store) as db:
         db.ensure_run("live000000000000", benchmark="gsm8k", split="test", method="cot", pool="p", level="small",
                       seeds=1, n_items=50, config={})
         _put(db, "live000000000000", 0)
-    env = {**os.environ, "LEMON_HOME": str(_isolated_home), "COLUMNS": "200"}
+    env = {**os.environ, "LEMON_HOME": str(home), "COLUMNS": "200"}
     proc = subprocess.Popen([sys.executable, "-m", "lemon.cli.main", "view", str(store), "--file", str(page),
                              "--watch", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+    deadline = time.monotonic() + 180  # the first page: a loaded CI machine starts Python slowly
+    while not page.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return proc, store, page
+
+
+def _ctrl_c(proc: subprocess.Popen[str]) -> str:
+    """Ctrl-C to the watch, and its stderr; never left running (a hang is said, not waited out)."""
+    proc.send_signal(signal.SIGINT)
     try:
-        deadline = time.monotonic() + 180  # the first page: a loaded CI machine starts Python slowly
-        while not page.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        return proc.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return "lemon view --watch did not stop within 60 s of Ctrl-C"
+
+
+def test_watch_keeps_the_page_current_until_ctrl_c(tmp_path: Path, _isolated_home: Path) -> None:
+    proc, store, page = _start_watch(tmp_path, _isolated_home)
+    try:
         assert page.exists(), "lemon view --watch wrote no page in 180 s"
         with chromium() as d:
             d.get(f"file://{page}#run/live000000000000")
@@ -174,13 +193,7 @@ def test_watch_keeps_the_page_current_until_ctrl_c(tmp_path: Path, _isolated_hom
             assert d.current_url.endswith("#run/live000000000000")  # where the reader was
             assert js_errors(d) == []
     finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            _, err = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:  # never left running; an earlier failure is not hidden by this one
-            proc.kill()
-            proc.communicate()
-            err = "lemon view --watch did not stop within 60 s of Ctrl-C"
+        err = _ctrl_c(proc)
     assert proc.returncode == 130, err
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("interrupted: the page written last")
     assert page.is_file() and "gsm8k/test/1" in page.read_text()
@@ -188,24 +201,8 @@ def test_watch_keeps_the_page_current_until_ctrl_c(tmp_path: Path, _isolated_hom
 
 def test_watch_stops_on_ctrl_c_even_when_started_with_sigint_ignored(tmp_path: Path, _isolated_home: Path) -> None:
     """A script's background job (or a test runner) hands SIGINT over ignored; Ctrl-C is still the watch's stop."""
-    store, page = tmp_path / "r.sqlite", tmp_path / "view.html"
-    with ResultsStore(store) as db:
-        db.ensure_run("live000000000000", benchmark="gsm8k", split="test", method="cot", pool="p", level="small",
-                      seeds=1, n_items=50, config={})
-        _put(db, "live000000000000", 0)
-    env = {**os.environ, "LEMON_HOME": str(_isolated_home), "COLUMNS": "200"}
-    proc = subprocess.Popen([sys.executable, "-m", "lemon.cli.main", "view", str(store), "--file", str(page),
-                             "--watch", "1"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            stdin=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    deadline = time.monotonic() + 180
-    while not page.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    proc, _, page = _start_watch(tmp_path, _isolated_home, signal.SIG_IGN)
+    assert page.exists(), "lemon view --watch wrote no page in 180 s"
     time.sleep(0.5)  # past the page's write, into the watch loop
-    proc.send_signal(signal.SIGINT)
-    try:
-        _, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        err = "lemon view --watch ignored Ctrl-C"
+    err = _ctrl_c(proc)
     assert proc.returncode == 130, err
