@@ -15,9 +15,6 @@
 #          Grown seed 0 first, in steps of 30 items, so a partial bank is already a paired comparison. With the
 #          first step, MultiArith `test` items 1..30 x 2 too (prose and program): the six-benchmark table's number
 #          cells of the default, whose number team is the learned rule over prose and program voters.
-#   table  the six-benchmark table's number cells of the default (its number team is the learned rule over prose
-#          and program voters): GSM8K, SVAMP and MultiArith `test` items 1..30 x seeds 0-1, prose and program. The
-#          prose voters are the table's own (banked); the program voters are new. A subset of `test`, drawn first.
 #   score  every prose reply of the stages' items that was banked before replies carried their log-probability
 #          (the six-benchmark table's and choice_team.sh's draws) scored once, teacher-forced, and the score
 #          banked (experiments/learn_stop_rule.py --score): the learned rule, the gate and cges read it.
@@ -25,7 +22,7 @@
 # and MMLU replies run to 1,024 tokens): the whole of both stages is tens of hours here, built over several
 # working periods. Export the bank at the end of each (`lemon cache export experiments/bank/cpu.jsonl.gz`).
 #
-# Usage: LEMON_DATA_DIR=../shared/data [JOBS=2 THREADS=1] [STORE=...] bash experiments/runtime_bank.sh [train] [table] [test] [score]
+# Usage: LEMON_DATA_DIR=../shared/data [JOBS=2 THREADS=1] [STORE=...] bash experiments/runtime_bank.sh [train] [test] [score]
 set -euo pipefail
 {  # read whole before it runs: an edit to this file cannot reach a run in progress
 home="${LEMON_HOME:-$HOME/.cache/lemon}"
@@ -82,13 +79,6 @@ test_stage() {
   done
 }
 
-table_stage() {
-  local bench method
-  for bench in gsm8k svamp multiarith; do
-    for method in sc-cot sc-pot; do voters "$bench" test 30 2 "$method"; done
-  done
-}
-
 score_stage() {  # prose replies without a log-probability: one teacher-forced pass each, banked
   echo "$(date -u +%FT%TZ) commit=$(git -C "$(dirname "$0")" rev-parse --short HEAD 2>/dev/null || echo unknown)" \
     "python experiments/learn_stop_rule.py --collect-only --score" >> "$log"
@@ -101,9 +91,8 @@ for stage in "${stages[@]}"; do
   case "$stage" in
     train) train_stage ;;
     test) test_stage ;;
-    table) table_stage ;;
     score) score_stage ;;
-    *) echo "runtime_bank: unknown stage '$stage'; use train, table, test and/or score" >&2; exit 2 ;;
+    *) echo "runtime_bank: unknown stage '$stage'; use train, test and/or score" >&2; exit 2 ;;
   esac
 done
 exit 0
