@@ -47,8 +47,9 @@ steps() {  # LIMIT STEP: STEP, 2 STEP, ... up to LIMIT, and LIMIT itself
 }
 
 train_stage() {  # rounds: numbers to 20 r items, then choices to 10 r, so every kind has train items early
-  local r n
-  for r in $(seq 1 $(((train_limit + 19) / 20))); do
+  local r n rounds=$(((train_limit + 19) / 20)) choice_rounds=$(((choice_train_limit + 9) / 10))
+  if ((choice_rounds > rounds)); then rounds=$choice_rounds; fi  # each kind reaches its own limit
+  for r in $(seq 1 "$rounds"); do
     n=$((20 * r < train_limit ? 20 * r : train_limit))
     for bench in gsm8k svamp multiarith; do
       voters "$bench" train "$n" 1 sc-cot
