@@ -21,8 +21,11 @@ The bar (issue 55, pooled): accuracy above the default's (a paired test would th
 at <= 80 % of its tokens. Code enters as the default's own team (67.5 % at 815 tokens on 40 HumanEval `train`
 items x 2, docs/notebook/2026-11-28.md: the policy's only other code teams lost there) plus the policy's tokens.
 
+Pairs: seed 0 of the first --number-items (40) `train` items of GSM8K, SVAMP and MultiArith and the first
+--choice-items (20) `dev` items of AQuA and MMLU; pairs the bank lacks are named (`runtime_bank.sh train` draws them).
+
 Usage: LEMON_DATA_DIR=../shared/data python experiments/policy_ceiling.py [--store S] [--draws F] [--orders 24]
-       [--folds 5] [--price 0.05] [--spec-tokens 72]
+       [--folds 5] [--price 0.05] [--spec-tokens 72] [--number-items 40] [--choice-items 20]
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ DEFAULT = {"number": "learned (CV)", "choice": "agree 2 of 3"}
 CODE = (67.5, 815.0)  # the default's code team on 40 HumanEval `train` items x 2 (see the module docstring)
 MARGIN, SHARE = 1.0, 0.8  # the bar: within 1 point at <= 80 % of the default's tokens
 PRICES = (0.0, 0.02, 0.05, 0.1, 0.2)
+CHOICE_BENCHES = ("aqua", "mmlu")
 CODE_PROMPT_TOKENS = 120  # a HumanEval prompt read by the policy (~460 characters at TASK_CHARS_PER_TOKEN)
 Table = dict[str, dict[str, Outcome]]  # team -> item key -> outcome
 
@@ -192,16 +196,23 @@ def load_items(args: argparse.Namespace) -> list[ItemDraws]:
     known = {}
     if args.draws.exists():
         known = {d.key: d for d in map(draws_from_json, args.draws.read_text().splitlines())}
+    limits = {s: args.choice_items if s.split(":")[0] in CHOICE_BENCHES else args.number_items for s in TRAIN_SPLITS}
     with ResultsStore(args.store, read_only=True) as store:
-        items = asyncio.run(collect(store, list(TRAIN_SPLITS), known))
+        items = asyncio.run(collect(store, list(TRAIN_SPLITS), known, limits=limits, seeds=1))
     write_atomic(args.draws, "".join(draws_to_json(d) + "\n" for d in items))
-    return [d for d in items if all(x.reply.logprob is not None for x in d.prose)]
+    counts = Counter(bench_of(d.key) for d in items)
+    short = {s: (counts[s.split(":")[0]], n) for s, n in limits.items() if counts[s.split(":")[0]] < n}
+    if short:  # said, not hidden: the rows are then over fewer pairs than asked
+        log.warning("not all asked pairs are banked (found, asked): %s; runtime_bank.sh train draws them", short)
+    return items
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, default=lemon_home() / "runtime-bank.sqlite")
     ap.add_argument("--draws", type=Path, default=lemon_home() / "policy-ceiling-draws.jsonl")
+    ap.add_argument("--number-items", type=int, default=40, help="the first N `train` items of each number split")
+    ap.add_argument("--choice-items", type=int, default=20, help="the first N `dev` items of AQuA and MMLU")
     ap.add_argument("--orders", type=int, default=24)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--price", type=float, default=0.05, help="the learned rule's token price (its packaged one)")
