@@ -115,6 +115,7 @@ if wants report; then  # paired tests against the best fixed baseline of each be
   compare=(--compare "vanilla,best" --compare "template,best")
   for row in vanilla cot sc-cot template; do compare+=(--pooled "$row,best"); done
   compare+=(--pooled "template,number=esc/choice=esc/code=exsc" --pooled "template,kinds")
+  compare+=(--pooled "number=esc/choice=esc/code=exsc,best")  # the fixed rule's own row
   for policy in $trained; do compare+=(--compare "trained:$policy,best" --pooled "trained:$policy,best"); done
   # the terminal gets tables fitted to its width; the Markdown (every row, for docs/results.md) goes to a file
   lemon report --store "$store" --replies "${compare[@]}" --file "${store%.sqlite}-report.md"
