@@ -21,11 +21,12 @@ The bar (issue 55, pooled): accuracy above the default's (a paired test would th
 at <= 80 % of its tokens. Code enters as the default's own team (67.5 % at 815 tokens on 40 HumanEval `train`
 items x 2, docs/notebook/2026-11-28.md: the policy's only other code teams lost there) plus the policy's tokens.
 
-Pairs: seed 0 of the first --number-items (40) `train` items of GSM8K, SVAMP and MultiArith and the first
---choice-items (20) `dev` items of AQuA and MMLU; pairs the bank lacks are named (`runtime_bank.sh train` draws them).
+Pairs: seed 0 of the first --number-items (40) `train` items of GSM8K and SVAMP, --multiarith-items (20) of
+MultiArith, and the first --choice-items (20) `dev` items of AQuA and MMLU: the training banks as they stood on
+2026-11-29 (so the table is fixed while the banks grow); pairs the bank lacks are named (`runtime_bank.sh train`).
 
 Usage: LEMON_DATA_DIR=../shared/data python experiments/policy_ceiling.py [--store S] [--draws F] [--orders 24]
-       [--folds 5] [--price 0.05] [--spec-tokens 72] [--number-items 40] [--choice-items 20]
+       [--folds 5] [--price 0.05] [--spec-tokens 72] [--number-items 40] [--multiarith-items 20] [--choice-items 20]
 """
 
 from __future__ import annotations
@@ -197,6 +198,7 @@ def load_items(args: argparse.Namespace) -> list[ItemDraws]:
     if args.draws.exists():
         known = {d.key: d for d in map(draws_from_json, args.draws.read_text().splitlines())}
     limits = {s: args.choice_items if s.split(":")[0] in CHOICE_BENCHES else args.number_items for s in TRAIN_SPLITS}
+    limits["multiarith:train"] = min(limits["multiarith:train"], args.multiarith_items)
     with ResultsStore(args.store, read_only=True) as store:
         items = asyncio.run(collect(store, list(TRAIN_SPLITS), known, limits=limits, seeds=1))
     write_atomic(args.draws, "".join(draws_to_json(d) + "\n" for d in items))
@@ -212,6 +214,7 @@ def main() -> None:
     ap.add_argument("--store", type=Path, default=lemon_home() / "runtime-bank.sqlite")
     ap.add_argument("--draws", type=Path, default=lemon_home() / "policy-ceiling-draws.jsonl")
     ap.add_argument("--number-items", type=int, default=40, help="the first N `train` items of each number split")
+    ap.add_argument("--multiarith-items", type=int, default=20, help="at most N of MultiArith's (its bank's size)")
     ap.add_argument("--choice-items", type=int, default=20, help="the first N `dev` items of AQuA and MMLU")
     ap.add_argument("--orders", type=int, default=24)
     ap.add_argument("--folds", type=int, default=5)
