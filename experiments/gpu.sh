@@ -16,7 +16,8 @@
 # the GPU, TABLE_JOBS (8) `lemon eval` processes a benchmark; it brings back the LLM cache as a sample bank
 # ($OUT/table-bank.jsonl.gz) that `lemon cache import` adds here, so experiments/six_benchmarks.sh replays those
 # cells on this machine with no worker call. Pack it with LLAMA_WHEEL (a CUDA wheel built beforehand) to
-# save the ~5 min build there: see docs/results.md ("The table's cells drawn on a GPU").
+# save the ~5 min build there: see docs/results.md ("The table's cells drawn on a GPU"). With BANK_STAGES="test"
+# the table plan runs experiments/runtime_bank.sh's stages instead (issue 54's test banks, TABLE_JOBS processes).
 #
 #   bash experiments/gpu.sh --dry-run        the plan: what is carried, the calls, the stages, the budget
 #   bash experiments/gpu.sh pack [--dry-run] HERE (PyPI reachable): wheels, data and model files in pieces
@@ -281,9 +282,32 @@ stage_report() {
     --exclude='final' --exclude='model' .
 }
 
+stage_runtime_bank() {  # PLAN=table BANK_STAGES="test ...": experiments/runtime_bank.sh's stages (issue 54's banks)
+                        # in place of the table's cells, TABLE_JOBS processes an evaluation; stopped (TERM) with
+                        # time left to bring the LLM cache back as a bank; exit 124 when cut (the next call resumes)
+  local rc=0 left=$(( ${STAGE_LEFT_S:-540} - 40 )) bank=$REPO/experiments/bank/cpu.jsonl.gz bank_stages=()
+  x mkdir -p "$OUT" "$RUNS" "$WORK/done"
+  [ -f "$WORK/done/bank-imported" ] || { lemon cache import "$bank" && x touch "$WORK/done/bank-imported"; }
+  [ -n "$DRY" ] && { printf '+ %s\n' "runtime_bank.sh $BANK_STAGES (STORE=$RUNS/runtime-bank.sqlite)"; return 0; }
+  # read -a: BANK_STAGES is a list of stage names, each its own argument
+  read -r -a bank_stages <<< "$BANK_STAGES"
+  BANK=$WORK/no-bank STORE=$RUNS/runtime-bank.sqlite JOBS=${TABLE_JOBS:-8} THREADS=1 \
+    timeout --signal=TERM --kill-after=30 "$left" bash "$REPO/experiments/runtime_bank.sh" "${bank_stages[@]}" \
+    >"$WORK/runtime-bank.log" 2>&1 || rc=$?
+  lemon cache export "$OUT/table-bank.jsonl.gz"
+  tail -n 4 "$WORK/runtime-bank.log"
+  cp "$WORK/runtime-bank.log" "$OUT/" 2>/dev/null || true
+  cp "$RUNS/runtime-bank.sqlite.runs.log" "$OUT/table-runs.log" 2>/dev/null || true
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/table-device.txt" 2>&1 || true
+  [ "$rc" = 0 ] && return 0
+  [ "$rc" = 124 ] || [ "$rc" = 130 ] || [ "$rc" = 143 ] && return 124
+  return "$rc"
+}
+
 stage_table() {  # PLAN=table: each benchmark's cells as one six_benchmarks.sh (TABLE_JOBS processes), the
                  # benchmarks side by side, stopped (TERM: finished items kept) with time left to bring back the
                  # LLM cache as a bank; exit 124 when cut, so the next call goes on from the cache there
+  if [ -n "${BANK_STAGES:-}" ]; then stage_runtime_bank; return; fi
   local bench pids=() rc=0 left=$(( ${STAGE_LEFT_S:-540} - 40 )) bank=$REPO/experiments/bank/cpu.jsonl.gz
   x mkdir -p "$OUT" "$RUNS" "$WORK/done"
   [ -f "$WORK/done/bank-imported" ] || { lemon cache import "$bank" && x touch "$WORK/done/bank-imported"; }

@@ -172,6 +172,10 @@ def stages() -> list[Stage]:
         # (2026-11-28: 480 AQuA and MMLU items, 16 processes, 424 s)
         item_s = env_int("ITEM_S", 15)
         est = len(benches) * len(methods) * limit * seeds * item_s / (jobs * len(benches))
+        if os.environ.get("BANK_STAGES"):  # runtime_bank.sh's stages instead: as long as the lease allows (resumes)
+            return [*setup_stages(), Stage(
+                "table", 540, True, f"runtime_bank.sh {os.environ['BANK_STAGES']}: issue 54's banks, {jobs} "
+                "processes an evaluation, cut with time to bring the LLM cache back as a bank; resumes")]
         return [*setup_stages(), Stage(
             "table", est, True, f"six_benchmarks.sh topologies: {' '.join(methods)} on {' '.join(benches)}, "
             f"{limit} items x {seeds} seeds, {jobs} processes a benchmark; the LLM cache -> $OUT as a bank")]

@@ -22,7 +22,11 @@
 # and MMLU replies run to 1,024 tokens): the whole of both stages is tens of hours here, built over several
 # working periods. Export the bank at the end of each (`lemon cache export experiments/bank/cpu.jsonl.gz`).
 #
-# Usage: LEMON_DATA_DIR=../shared/data [JOBS=2 THREADS=1] [STORE=...] bash experiments/runtime_bank.sh [train] [test] [score]
+# A lent GPU draws the test stage in minutes: `PLAN=table BANK_STAGES=test bash experiments/gpu.sh` (its table plan,
+# this script in place of the table's cells; the draws come back as a bank to import here).
+# Usage: LEMON_DATA_DIR=../shared/data [JOBS=2 THREADS=1] [STORE=...] [POOL=cpu] [TRAIN_LIMIT=60]
+#        [CHOICE_TRAIN_LIMIT=30] [TEST_LIMIT=150 CHOICE_TEST_LIMIT=60 TEST_SEEDS=2 MAX_TOKENS=]
+#        bash experiments/runtime_bank.sh [train] [test] [score]
 set -euo pipefail
 {  # read whole before it runs: an edit to this file cannot reach a run in progress
 home="${LEMON_HOME:-$HOME/.cache/lemon}"
@@ -30,6 +34,11 @@ store="${STORE:-$home/runtime-bank.sqlite}"
 pool="${POOL:-cpu}"
 train_limit="${TRAIN_LIMIT:-60}"
 choice_train_limit="${CHOICE_TRAIN_LIMIT:-30}"
+test_limit="${TEST_LIMIT:-150}"               # the test stage's sizes (issue 54's); smaller only to rehearse it
+choice_test_limit="${CHOICE_TEST_LIMIT:-60}"
+test_seeds="${TEST_SEEDS:-2}"
+max_tokens=()  # MAX_TOKENS: another reply limit than each benchmark's own (a rehearsal's; the banks use none)
+if [ -n "${MAX_TOKENS:-}" ]; then max_tokens=(--max-tokens "$MAX_TOKENS"); fi
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(train test score)
 mkdir -p "$home"
@@ -39,7 +48,7 @@ import_bank
 
 voters() {  # benchmark split items seeds method: the method's 5 voters on the first `items` items
   logged_eval "$log" eval "$1" --method "$5" --agents 5 --split "$2" --limit "$3" --seeds "$4" --pool "$pool" \
-    --level large --store "$store"
+    --level large --store "$store" "${max_tokens[@]}"
 }
 
 steps() {  # LIMIT STEP: STEP, 2 STEP, ... up to LIMIT, and LIMIT itself
@@ -62,13 +71,13 @@ train_stage() {  # rounds: numbers to 20 r items, then choices to 10 r, so every
 
 test_stage() {
   local s n
-  for s in 1 2; do
-    for n in $(steps 150 30); do
+  for s in $(seq 1 "$test_seeds"); do
+    for n in $(steps "$test_limit" 30); do
       for bench in gsm8k svamp; do
         voters "$bench" test "$n" "$s" sc-cot
         voters "$bench" test "$n" "$s" sc-pot
       done
-      if [ "$n" -le 60 ]; then
+      if [ "$n" -le "$choice_test_limit" ]; then
         voters aqua test "$n" "$s" sc-cot
         voters mmlu val "$n" "$s" sc-cot
       fi

@@ -53,3 +53,30 @@ def test_the_cells_drawn_there_replay_here_from_the_bank_they_bring_back(tmp_pat
                  "large", "--max-tokens", "48", "--store", str(tmp_path / "here.sqlite"), home=here, data_dir=data_dir)
     assert f"worker tokens per item {drawn}" in out, out
     assert _completions(here, data_dir, tmp_path) == before  # every reply came from the bank: none drawn here
+
+
+def test_the_runtime_banks_drawn_there_replay_here(tmp_path: Path, data_dir: Path) -> None:
+    """BANK_STAGES: the table plan runs experiments/runtime_bank.sh's test stage (issue 54's banks) instead of the
+    table's cells, at rehearsal size, and what it drew replays here with no worker call (program voters too)."""
+    work = tmp_path / "work"
+    (work / "data").mkdir(parents=True)
+    (work / "data" / "data").symlink_to(data_dir)
+    (work / "files").mkdir()
+    shutil.copy(shutil.which("bwrap"), work / "files" / "bwrap")  # the program voters' sandbox, carried
+    env = _env(WORK=str(work), PLAN="table", POOL="tiny", BANK_STAGES="test", TEST_LIMIT="1", CHOICE_TEST_LIMIT="0",
+               TEST_SEEDS="1", MAX_TOKENS="32", TABLE_JOBS="1", STAGE_LEFT_S="500")
+    res = subprocess.run(["bash", str(ROOT / "experiments" / "gpu.sh"), "stage", "table"], capture_output=True,
+                         text=True, timeout=900, env=env, cwd=ROOT)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-2000:]
+    runs = (work / "out" / "table-runs.log").read_text()
+    assert "gsm8k --method sc-pot --agents 5 --split test --limit 1 --seeds 1" in runs
+    assert "aqua" not in runs  # CHOICE_TEST_LIMIT=0: no choice item asked
+
+    here = tmp_path / "here"
+    _lemon("cache", "import", str(work / "out" / "table-bank.jsonl.gz"), home=here, data_dir=data_dir)
+    before = _completions(here, data_dir, tmp_path)
+    out = _lemon("eval", "gsm8k", "--method", "sc-pot", "--agents", "5", "--split", "test", "--limit", "1",
+                 "--seeds", "1", "--pool", "tiny", "--level", "large", "--max-tokens", "32",
+                 "--store", str(tmp_path / "here.sqlite"), home=here, data_dir=data_dir)
+    assert "items not ok: 0" in out, out
+    assert _completions(here, data_dir, tmp_path) == before  # every voter came from the bank
