@@ -42,7 +42,7 @@ from pathlib import Path
 
 from learn_stop_rule import TRAIN_SPLITS, collect, cross_validate, draws_from_json, draws_to_json, fixed_rules
 
-from lemon.errors import run_script
+from lemon.errors import LemonError, run_script
 from lemon.evaluation.store import ResultsStore
 from lemon.files import write_atomic
 from lemon.paths import lemon_home
@@ -209,6 +209,17 @@ def load_items(args: argparse.Namespace) -> list[ItemDraws]:
     return items
 
 
+def check_sizes(args: argparse.Namespace) -> None:
+    """One line naming a size out of range (exit 2), not a traceback deep in the replay."""
+    least = {"--folds": (args.folds, 2), "--orders": (args.orders, 1), "--number-items": (args.number_items, 1),
+             "--multiarith-items": (args.multiarith_items, 1), "--choice-items": (args.choice_items, 1)}
+    for option, (value, low) in least.items():
+        if value < low:
+            raise LemonError(f"{option} {value}: give at least {low}")
+    if args.price < 0 or args.spec_tokens < 0:
+        raise LemonError("--price and --spec-tokens are costs: give a value >= 0")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--store", type=Path, default=lemon_home() / "runtime-bank.sqlite")
@@ -221,6 +232,7 @@ def main() -> None:
     ap.add_argument("--price", type=float, default=0.05, help="the learned rule's token price (its packaged one)")
     ap.add_argument("--spec-tokens", type=float, default=72.0, help="a written team (a `copies` block: ~250 chars)")
     args = ap.parse_args()
+    check_sizes(args)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     items = load_items(args)
     print("\n".join(report(outcomes(items, args), items, args)))

@@ -48,3 +48,16 @@ def test_the_chooser_never_reads_the_items_own_outcome() -> None:
     chosen = ceiling.chooser({"cot (1 voter)": cheap, "5-vote": dear}, items, folds=5, price=0.05)
     assert chosen[keys[3]] == "cot (1 voter)"
     assert ceiling.oracle({"cot (1 voter)": cheap, "5-vote": dear}, items)[keys[3]] == "5-vote"
+
+
+def test_a_size_out_of_range_is_one_line_and_exit_2() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).parents[2] / "experiments" / "policy_ceiling.py"
+    for bad in (["--folds", "0"], ["--orders", "0"], ["--choice-items", "-1"], ["--price", "-0.1"]):
+        done = subprocess.run([sys.executable, str(script), *bad], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert bad[0] in done.stderr
