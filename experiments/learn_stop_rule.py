@@ -139,11 +139,15 @@ def draws_from_json(line: str) -> ItemDraws:
                      tuple(one(v) for v in data["programs"]))
 
 
+def leader_votes(m: Moment) -> int:
+    """How many replies so far give the most common answer (0 with none): what an agree-k rule reads."""
+    return max(Counter(r.answer for r in m.replies if r.answer).values(), default=0)
+
+
 def fixed_rules() -> dict[str, object]:
     """The fixed stop rules, restated over moments for the cross-validated comparison on training items."""
     def esc(m: Moment) -> str:
-        top = max(Counter(r.answer for r in m.replies if r.answer).values(), default=0)
-        return "stop" if top >= 2 or not m.prose_left else "prose"
+        return "stop" if leader_votes(m) >= 2 or not m.prose_left else "prose"
 
     beta = StopRule(confidence=0.95)
 

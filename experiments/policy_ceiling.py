@@ -40,7 +40,15 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from learn_stop_rule import TRAIN_SPLITS, collect, cross_validate, draws_from_json, draws_to_json, fixed_rules
+from learn_stop_rule import (
+    TRAIN_SPLITS,
+    collect,
+    cross_validate,
+    draws_from_json,
+    draws_to_json,
+    fixed_rules,
+    leader_votes,
+)
 
 from lemon.errors import LemonError, run_script
 from lemon.evaluation.store import ResultsStore
@@ -66,8 +74,7 @@ def extra_rules() -> dict[str, Callable[[Moment], str]]:
         return "stop"
 
     def agree_2_of_3(m: Moment) -> str:
-        top = max(Counter(r.answer for r in m.replies if r.answer).values(), default=0)
-        return "stop" if top >= 2 or len(m.replies) >= 3 or not m.prose_left else "prose"
+        return "stop" if leader_votes(m) >= 2 or len(m.replies) >= 3 or not m.prose_left else "prose"
     return {"cot (1 voter)": one, "agree 2 of 3": agree_2_of_3}
 
 
