@@ -282,35 +282,45 @@ stage_report() {
     --exclude='final' --exclude='model' .
 }
 
-stage_runtime_bank() {  # PLAN=table BANK_STAGES="test ...": experiments/runtime_bank.sh's stages (issue 54's banks)
-                        # in place of the table's cells, TABLE_JOBS processes an evaluation; stopped (TERM) with
-                        # time left to bring the LLM cache back as a bank; exit 124 when cut (the next call resumes)
-  local rc=0 left=$(( ${STAGE_LEFT_S:-540} - 40 )) bank=$REPO/experiments/bank/cpu.jsonl.gz bank_stages=()
+table_bank_in() {  # both table stages start from the committed bank, imported once per machine
   x mkdir -p "$OUT" "$RUNS" "$WORK/done"
-  [ -f "$WORK/done/bank-imported" ] || { lemon cache import "$bank" && x touch "$WORK/done/bank-imported"; }
-  [ -n "$DRY" ] && { printf '+ %s\n' "runtime_bank.sh $BANK_STAGES (STORE=$RUNS/runtime-bank.sqlite)"; return 0; }
-  # read -a: BANK_STAGES is a list of stage names, each its own argument
-  read -r -a bank_stages <<< "$BANK_STAGES"
-  BANK=$WORK/no-bank STORE=$RUNS/runtime-bank.sqlite JOBS=${TABLE_JOBS:-8} THREADS=1 \
-    timeout --signal=TERM --kill-after=30 "$left" bash "$REPO/experiments/runtime_bank.sh" "${bank_stages[@]}" \
-    >"$WORK/runtime-bank.log" 2>&1 || rc=$?
+  [ -f "$WORK/done/bank-imported" ] || { lemon cache import "$REPO/experiments/bank/cpu.jsonl.gz" \
+    && x touch "$WORK/done/bank-imported"; }
+}
+
+table_bank_out() {  # RC LOG...: bring the LLM cache back as a bank with the logs and the device's name; the
+                    # stage's exit: 0 done, 124 cut by its time (TERM or INT: the next call resumes), else RC
+  local rc=$1; shift
   lemon cache export "$OUT/table-bank.jsonl.gz"
-  tail -n 4 "$WORK/runtime-bank.log"
-  cp "$WORK/runtime-bank.log" "$OUT/" 2>/dev/null || true
-  cp "$RUNS/runtime-bank.sqlite.runs.log" "$OUT/table-runs.log" 2>/dev/null || true
+  tail -n 4 "$@"
+  cp "$@" "$OUT/" 2>/dev/null || true
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/table-device.txt" 2>&1 || true
   [ "$rc" = 0 ] && return 0
   [ "$rc" = 124 ] || [ "$rc" = 130 ] || [ "$rc" = 143 ] && return 124
   return "$rc"
 }
 
+stage_runtime_bank() {  # PLAN=table BANK_STAGES="test ...": experiments/runtime_bank.sh's stages (issue 54's banks)
+                        # in place of the table's cells, TABLE_JOBS processes an evaluation; stopped (TERM) with
+                        # time left to bring the LLM cache back as a bank; exit 124 when cut (the next call resumes)
+  local rc=0 left=$(( ${STAGE_LEFT_S:-540} - 40 )) bank_stages=()
+  table_bank_in
+  [ -n "$DRY" ] && { printf '+ %s\n' "runtime_bank.sh $BANK_STAGES (STORE=$RUNS/runtime-bank.sqlite)"; return 0; }
+  # read -a: BANK_STAGES is a list of stage names, each its own argument
+  read -r -a bank_stages <<< "$BANK_STAGES"
+  BANK=$WORK/no-bank STORE=$RUNS/runtime-bank.sqlite JOBS=${TABLE_JOBS:-8} THREADS=1 \
+    timeout --signal=TERM --kill-after=30 "$left" bash "$REPO/experiments/runtime_bank.sh" "${bank_stages[@]}" \
+    >"$WORK/runtime-bank.log" 2>&1 || rc=$?
+  cp "$RUNS/runtime-bank.sqlite.runs.log" "$OUT/table-runs.log" 2>/dev/null || true
+  table_bank_out "$rc" "$WORK/runtime-bank.log"
+}
+
 stage_table() {  # PLAN=table: each benchmark's cells as one six_benchmarks.sh (TABLE_JOBS processes), the
                  # benchmarks side by side, stopped (TERM: finished items kept) with time left to bring back the
                  # LLM cache as a bank; exit 124 when cut, so the next call goes on from the cache there
   if [ -n "${BANK_STAGES:-}" ]; then stage_runtime_bank; return; fi
-  local bench pids=() rc=0 left=$(( ${STAGE_LEFT_S:-540} - 40 )) bank=$REPO/experiments/bank/cpu.jsonl.gz
-  x mkdir -p "$OUT" "$RUNS" "$WORK/done"
-  [ -f "$WORK/done/bank-imported" ] || { lemon cache import "$bank" && x touch "$WORK/done/bank-imported"; }
+  local bench pids=() rc=0 left=$(( ${STAGE_LEFT_S:-540} - 40 ))
+  table_bank_in
   [ -n "$DRY" ] && { for bench in $(python3 "$REPO/experiments/gpu_plan.py" table-benches); do
     printf '+ %s\n' "BENCHES=$bench PARTS=topologies bash experiments/six_benchmarks.sh $RUNS/table-$bench.sqlite &"
   done; return 0; }
@@ -322,14 +332,8 @@ stage_table() {  # PLAN=table: each benchmark's cells as one six_benchmarks.sh (
     pids+=($!)
   done
   for bench in "${pids[@]}"; do wait "$bench" || rc=$?; done
-  lemon cache export "$OUT/table-bank.jsonl.gz"
-  tail -n 4 "$WORK"/table-*.log
-  cp "$WORK"/table-*.log "$OUT/" 2>/dev/null || true
   cat "$RUNS"/table-*.sqlite.runs.log > "$OUT/table-runs.log" 2>/dev/null || true
-  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/table-device.txt" 2>&1 || true
-  [ "$rc" = 0 ] && return 0
-  [ "$rc" = 124 ] || [ "$rc" = 130 ] || [ "$rc" = 143 ] && return 124
-  return "$rc"
+  table_bank_out "$rc" "$WORK"/table-*.log
 }
 
 run_stage() {
