@@ -165,12 +165,15 @@ def test_a_trained_policy_is_identified_by_its_weights_not_its_path(tmp_path: Pa
     (model / "model.safetensors").write_bytes(b"weights v1")
     (model / "tokenizer.json").write_text("{}")
     first = resolve_method(f"trained:{model}").identity()
-    assert first is not None and first.startswith("sha256:")
+    assert first is not None and first.startswith("policy:")
     assert resolve_method(f"trained:{tmp_path}").identity() == first  # a run directory resolves to its final/ model
-    (model / "tokenizer.json").write_text('{"changed": 1}')
-    assert resolve_method(f"trained:{model}").identity() == first  # only weights and config count
+    (model / "notes.json").write_text('{"a card": "or a note"}')
+    assert resolve_method(f"trained:{model}").identity() == first  # only what decides its output counts
+    (model / "tokenizer.json").write_text('{"changed": 1}')  # another tokenizer asks it other tokens
+    second = resolve_method(f"trained:{model}").identity()
+    assert second != first
     (model / "model.safetensors").write_bytes(b"weights v2")  # lemon train rewrote final/ in place
-    assert resolve_method(f"trained:{model}").identity() != first
+    assert resolve_method(f"trained:{model}").identity() not in (first, second)
     assert resolve_method("cot").identity() is None  # baseline run ids are unchanged
     trained = resolve_method(f"trained:{model}")
     settings = EvalSettings(benchmark="gsm8k", method=trained, level="small", pool="tiny")

@@ -57,7 +57,7 @@ def test_only_orchestrators_have_an_identity_beyond_their_name(tmp_path: Path) -
     assert isinstance(resolve_method(f"trained:{tmp_path}"), Trained)
     policy = str(resolve_method(f"trained:{tmp_path}").identity())
     # decoding under the spec grammar is part of what the runs measure (issue 55): the grammar is in the identity
-    assert policy.startswith("sha256:") and policy.endswith(f";fallback={teams};{grammar_identity()}")
+    assert policy.startswith("policy:") and policy.endswith(f";fallback={teams};{grammar_identity()}")
     free = str(resolve_method(f"unconstrained:{tmp_path}").identity())
     assert free == policy.removesuffix(f";{grammar_identity()}")
 

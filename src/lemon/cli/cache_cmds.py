@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from lemon.llm.cache import SQLiteCache
     from lemon.llm.cache_file import Transfer
 
-cache_app = LemonTyper(help="Export the LLM cache (the sample bank) to one gzip file, or import one.")
+cache_app = LemonTyper(help="Export the LLM cache (the sample bank) to one gzip file, or import one; write a "
+                            "trained policy's card, which replays its specs from it.")
 
 FileArg = Annotated[Path, typer.Argument(help="The gzip JSON-lines file (e.g. experiments/bank/cpu.jsonl.gz).")]
 
@@ -55,6 +56,25 @@ def import_cmd(file: FileArg) -> None:
     done, path = _on_cache(lambda cache: import_cache(cache, file))
     consoles().out.print(Text(f"imported {done.completions} completions and {done.scores} scores into {path} "
                               f"({done.kept} already there)"))
+
+
+@cache_app.command("card")
+def card_cmd(
+    policy: Annotated[Path, typer.Argument(help="A trained policy: model directory, run directory or .gguf.")],
+    card: Annotated[Path, typer.Argument(help="The card to write (a few hundred bytes, e.g. "
+                                         "experiments/bank/policies/NAME.json).")],
+) -> None:
+    """Write the card that replays POLICY's specs from the LLM cache (`--orchestrator trained:CARD`): its
+    content identity and prompt style, so a bank exported after evaluating it rebuilds its rows without the
+    weights."""
+    from lemon.files import write_output
+    from lemon.orchestrator.policy_card import card_of
+    from lemon.orchestrator.trained import resolve_policy_path
+
+    found = card_of(resolve_policy_path(policy))
+    write_output(card, found.to_json(), what="the policy card", fix="pass another CARD path")
+    consoles().out.print(Text(f"wrote {card}: {found.model_id} (prompt {found.prompt_style}); evaluate with "
+                              f"--orchestrator trained:{card} on a cache that holds its specs"))
 
 
 def register(app: typer.Typer) -> None:

@@ -15,8 +15,6 @@ connections) once per process, from a `MethodEnv`.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -220,29 +218,24 @@ class Trained:
         return f"{'trained' if self.grammar else 'unconstrained'}:{self.path}"
 
     def identity(self) -> str | None:
-        """The sha256 of the policy's weights and config, the fallback (`fallback_identity`) and, decoding under
-        the spec grammar, the grammar (`grammar_identity`: runs decoded freely, or under another grammar, are
-        never resumed into).
+        """The policy's content identity (`policy_identity`: weights, config, tokenizer, prompt style; a card's
+        recorded one: a card names the policy it replays), the fallback (`fallback_identity`)
+        and, decoding under the spec grammar, the grammar (`grammar_identity`: runs decoded freely, or under
+        another grammar, are never resumed into).
 
         The path alone does not identify a policy (lemon train rewrites `final/` in place), so, as with pool
         files, a different model at the same path starts a new run instead of resuming into another model's
         results.
         """
+        from lemon.orchestrator.policy_card import is_card, policy_identity, read_card
         from lemon.orchestrator.repair import fallback_identity
         from lemon.orchestrator.trained import resolve_policy_path
         from lemon.spec.grammar import grammar_identity
 
-        path = resolve_policy_path(self.path)
-        files = [path] if path.is_file() else sorted(
-            f for f in path.iterdir() if f.suffix in {".safetensors", ".bin", ".gguf"} or f.name == "config.json")
-        digest = hashlib.sha256()
-        for f in files:
-            digest.update(f.name.encode("utf-8") + b"\x00")
-            with f.open("rb") as fh:
-                for block in iter(functools.partial(fh.read, 1 << 22), b""):
-                    digest.update(block)
+        model_id = read_card(Path(self.path).expanduser()).model_id if is_card(self.path) else \
+            policy_identity(resolve_policy_path(self.path))
         decoding = f";{grammar_identity()}" if self.grammar else ""
-        return f"sha256:{digest.hexdigest()[:16]};{fallback_identity()}{decoding}"
+        return f"{model_id};{fallback_identity()}{decoding}"
 
     def bind(self, env: MethodEnv) -> SpecWriter:
         return _orchestrated(self.name, env)  # says if the path is missing
@@ -252,7 +245,7 @@ def loads_torch(method: Method) -> bool:
     """Whether evaluating `method` loads torch into the process: a trained policy in a model directory (a
     `.gguf` one runs in llama.cpp). On a GPU torch beside a CUDA llama.cpp crashes the process, so `lemon eval`
     serves the workers out of process then."""
-    return isinstance(method, Trained) and not method.path.endswith(".gguf")
+    return isinstance(method, Trained) and not method.path.endswith((".gguf", ".json"))  # a card loads no model
 
 
 # ---- the table ----------------------------------------------------------------------------------------

@@ -7,8 +7,12 @@ weakest first, which is what the "lower one capacity" counterfactual edit steps 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from lemon.llm.base import Backend, GenParams
+
+if TYPE_CHECKING:
+    from lemon.llm.cache import SQLiteCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +33,10 @@ class Pool:
     # What it was loaded from (a built-in pool's name or a pool file's path; "" for one built in code): a run's
     # trace records it, so `lemon explain TRACE` loads the same pool again.
     ref: str = ""
+    # The LLM cache in front of its levels (None under --no-cache) and whether it answers from it alone: a
+    # trained orchestrator sends its own requests through the same cache, so a run banks its specs too.
+    cache: SQLiteCache | None = None
+    offline: bool = False
 
     @property
     def level_names(self) -> tuple[str, ...]:

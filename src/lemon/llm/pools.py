@@ -208,4 +208,5 @@ def load_pool(name_or_path: str, *, cache: bool = True, cache_path: Path | None 
         # An embedded model runs one call at a time however many levels share it.
         concurrency = 1 if lv.backend == "embedded" else lv.concurrency
         levels.append(Level(lv.name, shared[key], concurrency))
-    return Pool(cfg.name, tuple(levels), GenParams(**cfg.defaults.model_dump()), ref=str(name_or_path))
+    return Pool(cfg.name, tuple(levels), GenParams(**cfg.defaults.model_dump()), ref=str(name_or_path),
+                cache=sqlite, offline=offline)

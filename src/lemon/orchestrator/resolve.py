@@ -1,7 +1,7 @@
 """One resolver from an orchestrator's name to the orchestrator: `template`, `prompted`, or a trained policy
 (`trained:PATH` or a bare PATH: decoding under the spec grammar; `unconstrained:PATH`: the same policy decoding
-freely, as every policy did before the grammar). `lemon run` and the evaluation methods both read names
-through it."""
+freely, as every policy did before the grammar; PATH a policy card replays one from the LLM cache). `lemon run` and
+the evaluation methods both read names through it."""
 
 from __future__ import annotations
 
@@ -36,4 +36,5 @@ def resolve_orchestrator(name: str, pool: Pool, roles: RoleLibrary, level: str |
     path = name.removeprefix(UNCONSTRAINED_PREFIX) if free else name.removeprefix(TRAINED_PREFIX)
     if not path:
         raise ConfigError(f"orchestrator {name!r}: expected template, prompted, or a trained policy's path")
-    return TrainedOrchestrator(path, roles, pool.level_names, grammar=not free)
+    return TrainedOrchestrator(path, roles, pool.level_names, grammar=not free, cache=pool.cache,
+                               offline=pool.offline)
