@@ -18,7 +18,7 @@ from lemon.spec.edits.stop import stop_variants
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
-from lemon.spec.stops.policy import Moment, Reply, packaged_policy
+from lemon.spec.stops.policy import Moment, Reply, packaged_policy, policy_names
 from lemon.spec.validate import load_spec
 from tests.pools import LEVELS, scripted_pool
 
@@ -95,4 +95,7 @@ def test_the_rule_is_validated_rendered_and_edited_like_any_other() -> None:
     # its counterfactual family: `remove_stop` drops the rule; one notch away is `max` moved by two (or another
     # packaged policy where there is one)
     variants = stop_variants(spec.agent("vote"))
-    assert variants and all(v.learned == "number" and v.max == 3 for v in variants)
+    assert StopRule(max=3, learned="number") in variants  # the voter cap moved, the same policy
+    others = {v.learned for v in variants if v.learned != "number"}
+    assert others == set(policy_names()) - {"number"} and others  # every other packaged policy, one notch away
+    assert all(v.learned == "number" and v.max == 3 for v in variants if v.learned == "number")
