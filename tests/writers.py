@@ -26,8 +26,19 @@ def _store(s: Stored) -> tuple[str, ...]:
     return ("--store", str(s.store))
 
 
+def _policy(s: Stored) -> str:
+    """A stand-in trained policy beside the store: its files' bytes are all `lemon cache card` reads."""
+    folder = s.store.parent / "policy"
+    if not folder.is_dir():
+        folder.mkdir()
+        (folder / "config.json").write_text('{"model_type": "llama"}')
+        (folder / "model.safetensors").write_bytes(b"stand-in weights")
+    return str(folder)
+
+
 WRITERS: dict[str, Writer] = {
     "cache export": Writer(lambda s, f: ("cache", "export", str(f)), ".jsonl.gz"),
+    "cache card": Writer(lambda s, f: ("cache", "card", _policy(s), str(f)), ".json"),
     "report --file": Writer(lambda s, f: ("report", *_store(s), "--file", str(f)), ".md"),
     "report --plot": Writer(lambda s, f: ("report", *_store(s), "--plot", str(f)), ".png"),
     "export csv": Writer(lambda s, f: ("export", "csv", *_store(s), "--file", str(f)), ".csv"),

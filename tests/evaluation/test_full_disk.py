@@ -68,7 +68,7 @@ def test_every_writer_on_a_full_disk_is_one_line_and_keeps_the_previous_file(com
 
 _WHAT = {"cache export": "cache export", "report --file": "report", "report --plot": "plot",
          "export csv": "CSV table", "export otel": "spans", "export inspect": "Inspect log", "view": "page",
-         "trace": "JSON"}
+         "trace": "JSON", "cache card": "policy card"}
 
 
 def test_a_plot_on_a_full_disk_leaves_no_empty_png(written_store, small_disk: Path, _isolated_home: Path) -> None:

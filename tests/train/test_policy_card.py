@@ -17,6 +17,7 @@ from lemon.orchestrator.policy_prompt import write_prompt_style
 from lemon.orchestrator.trained import TrainedOrchestrator
 from lemon.spec.render import render_spec
 from lemon.spec.roles import RoleLibrary
+from tests.cli.test_cli_core import assert_clean_error, lemon
 from tests.evalcall import evaluate_kw
 from tests.spec_strategies import LEVELS
 
@@ -79,6 +80,17 @@ def test_a_card_that_is_not_a_file_is_refused(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="policy card"):  # never blocks on a pipe
         read_card(fifo)
+
+
+def test_the_cli_writes_the_card_of_a_policy_and_refuses_what_is_not_one(tmp_path: Path) -> None:
+    policy = _fake_policy(tmp_path / "run" / "final")
+    home = tmp_path / "home"
+    out = lemon("cache", "card", str(tmp_path / "run"), str(tmp_path / "card.json"), home=home)  # a run: final/
+    assert out.returncode == 0, out.stderr
+    assert read_card(tmp_path / "card.json") == card_of(policy) and "trained:" in out.stdout
+    assert_clean_error(lemon("cache", "card", str(tmp_path / "nothing"), str(tmp_path / "c.json"), home=home),
+                       "does not exist")
+    assert not (tmp_path / "c.json").exists()
 
 
 def test_a_card_needs_the_cache_it_replays_from(tmp_path: Path) -> None:

@@ -73,8 +73,9 @@ def card_cmd(
 
     found = card_of(resolve_policy_path(policy))
     write_output(card, found.to_json(), what="the policy card", fix="pass another CARD path")
-    consoles().out.print(Text(f"wrote {card}: {found.model_id} (prompt {found.prompt_style}); evaluate with "
-                              f"--orchestrator trained:{card} on a cache that holds its specs"))
+    consoles().out.print(Text(f"wrote {card}: {found.model_id} (prompt {found.prompt_style}); name it as "
+                              f"trained:{card} (lemon eval --method, lemon run --orchestrator) where the LLM "
+                              "cache holds its specs"))
 
 
 def register(app: typer.Typer) -> None:
