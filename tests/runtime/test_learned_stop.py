@@ -93,9 +93,20 @@ def test_the_rule_is_validated_rendered_and_edited_like_any_other() -> None:
     with pytest.raises(SpecError):
         load_spec(text.replace("learned: number", "learned: ../../etc/passwd"), ROLES, LEVELS)
     # its counterfactual family: `remove_stop` drops the rule; one notch away is `max` moved by two (or another
-    # packaged policy where there is one)
+    # packaged policy of the same answer kind where there is one: `choice` is packaged, and not offered here)
     variants = stop_variants(spec.agent("vote"))
     assert StopRule(max=3, learned="number") in variants  # the voter cap moved, the same policy
-    others = {v.learned for v in variants if v.learned != "number"}
-    assert others == set(policy_names()) - {"number"} and others  # every other packaged policy, one notch away
+    assert "choice" in policy_names()
+    assert {v.learned for v in variants} == {"number"}  # no other kind's policy on number voters
     assert all(v.learned == "number" and v.max == 3 for v in variants if v.learned == "number")
+
+
+def test_the_stop_family_offers_policies_of_the_same_answer_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a second number policy packaged (named by the `KIND-...` convention), one notch from `number` is it,
+    never the choice policy (a stand-in list of names: the files themselves are not needed to offer a name)."""
+    import lemon.spec.stops.learned as learned
+
+    monkeypatch.setattr(learned, "policy_names", lambda: ["choice", "number", "number-cheap"])
+    assert learned.Learned().variants("number", 5) == ["number-cheap", None]
+    assert learned.Learned().variants("number-cheap", 5) == ["number", None]
+    assert learned.Learned().variants("choice", 5) == [None]

@@ -12,7 +12,7 @@ from pydantic import StringConstraints
 
 from lemon.errors import LemonError
 from lemon.spec.stops.base import StopCriterion, StopView
-from lemon.spec.stops.policy import Moment, packaged_policy, policy_names
+from lemon.spec.stops.policy import Moment, answer_kind_of, packaged_policy, policy_names
 
 
 class Learned(StopCriterion):
@@ -33,8 +33,10 @@ class Learned(StopCriterion):
         return None
 
     def variants(self, value: Any, limit: int) -> list[Any]:
-        """Another packaged policy, or none: the vote of every parent."""
-        return [*(name for name in policy_names() if name != value), None]
+        """Another packaged policy learned for the same answer kind, or none: the vote of every parent (a policy
+        of another kind, e.g. `choice` on number voters, is not a rule a writer would choose there)."""
+        kind = answer_kind_of(value)
+        return [*(name for name in policy_names() if name != value and answer_kind_of(name) == kind), None]
 
     def describe(self, old: Any, new: Any) -> str:
         if old == new:

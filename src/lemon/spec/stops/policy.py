@@ -174,6 +174,11 @@ def policy_names() -> list[str]:
     return sorted(p.stem for p in POLICIES.glob("*.json"))
 
 
+def answer_kind_of(name: str) -> str:
+    """The answer kind a policy was learned for: its name up to the first `-` (`number`, `number-cheap`)."""
+    return name.split("-", 1)[0]
+
+
 def packaged_policy(name: str) -> StopPolicy:
     """The packaged policy `name` (`stop: {learned: NAME}`); a `ConfigError` names the ones there are."""
     if not POLICY_NAME.match(name) or not (POLICIES / f"{name}.json").is_file():
