@@ -45,6 +45,19 @@ def test_a_policy_is_named_by_its_content_not_its_path(tmp_path: Path) -> None:
     assert policy_identity(_fake_policy(tmp_path / "c", b"weights v2")) != first
 
 
+def test_a_policy_rewritten_in_place_is_hashed_again(tmp_path: Path) -> None:
+    """The hash is remembered per file list, size and modification time (an evaluation asks twice): weights
+    rewritten at the same path and size (as `lemon train` rewrites `final/`) are a new identity."""
+    folder = _fake_policy(tmp_path / "p")
+    first = policy_identity(folder)
+    assert policy_identity(folder) == first
+    weights = folder / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    weights.write_bytes(b"weights v3")  # same size, other bytes
+    os.utime(weights, ns=(before + 10**9, before + 10**9))  # a clock coarser than the test cannot hide it
+    assert policy_identity(folder) != first
+
+
 def test_a_card_round_trips(tmp_path: Path) -> None:
     card = card_of(_fake_policy(tmp_path / "p"))
     path = tmp_path / "card.json"

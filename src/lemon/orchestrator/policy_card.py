@@ -11,6 +11,7 @@ trained row rebuilds from the committed bank on a machine that never had the wei
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -39,18 +40,30 @@ def is_card(path: str | os.PathLike[str]) -> bool:
 
 def policy_identity(path: Path) -> str:
     """`policy:` + 16 hex digits of sha256 over the policy's files (name and bytes, sorted): the model id its
-    requests are cached under. A .gguf is its one file; a directory, every weight, tokenizer and config file."""
+    requests are cached under. A .gguf is its one file; a directory, every weight, tokenizer and config file.
+
+    An evaluation asks twice (its method's identity, its orchestrator's cache id): the hash is remembered per
+    file list, size and modification time, so the weights (~540 MB) are read once a process."""
     files = [path] if path.is_file() else sorted(
         p for p in path.iterdir() if p.is_file() and (p.suffix in _WEIGHT_SUFFIXES or p.name in _IDENTITY_NAMES))
+    stats = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    return _IDENTITY_PREFIX + _files_digest(stats, read_prompt_style(path))
+
+
+@functools.lru_cache(maxsize=16)
+def _files_digest(stats: tuple[tuple[str, int, int], ...], prompt_style: str) -> str:
+    """16 hex digits of sha256 over each file's name and bytes, then the prompt style (a .gguf's style sits
+    beside it, not inside). `stats` (path, size, mtime) is the memo's key: a rewritten file is hashed again."""
     h = hashlib.sha256()
-    for f in files:
+    for name, _, _ in stats:
+        f = Path(name)
         h.update(f.name.encode("utf-8") + b"\0")
         with f.open("rb") as fh:
             while block := fh.read(1 << 22):
                 h.update(block)
         h.update(b"\0")
-    h.update(read_prompt_style(path).encode("utf-8"))  # a .gguf's style sits beside it, not inside
-    return _IDENTITY_PREFIX + h.hexdigest()[:16]
+    h.update(prompt_style.encode("utf-8"))
+    return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
