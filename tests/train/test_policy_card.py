@@ -127,7 +127,8 @@ async def test_a_policys_specs_replay_from_its_card_without_the_weights(tmp_path
         assert (again.raw, again.prompt_tokens, again.completion_tokens, again.source) == \
             (written.raw, written.prompt_tokens, written.completion_tokens, written.source)
         assert render_spec(again.spec).text == render_spec(written.spec).text
-    with pytest.raises(BackendError, match="not in the LLM cache"):  # a task the bank lacks: no model to ask
+    with pytest.raises(BackendError, match=r"LLM cache \(the policy card card\.json .*lemon cache import"):  # a task
+        # the bank lacks: no model to ask, and the error says what to import
         await TrainedOrchestrator(card, ROLES, LEVELS, max_new_tokens=24, cache=cache).propose("What is 7 + 5?")
     budget = TrainedOrchestrator(card, ROLES, LEVELS, max_new_tokens=16, cache=cache)
     with pytest.raises(BackendError, match="not in the LLM cache"):  # another reply limit is another request

@@ -327,16 +327,19 @@ class CacheOnlyBackend:
     `runtime.executor.sample_slot`), so replaying teams made of banked agents through an offline pool is exact
     and costs no model call; a request the bank lacks is a one-line error instead of a silent 20 s call."""
 
-    def __init__(self, model_id: str) -> None:
+    def __init__(self, model_id: str, what: str = "an offline pool",
+                 fix: str = "build the sample bank first (experiments/adaptive_cpu.sh bank)") -> None:
         self._model_id = model_id
+        self._what = what  # who answers only from the cache, as the error names it
+        self._fix = fix
 
     @property
     def model_id(self) -> str:
         return self._model_id
 
     async def complete(self, request: ChatRequest) -> Completion:
-        raise BackendError(f"{self._model_id}: this request is not in the LLM cache (an offline pool answers only "
-                           "from it); build the sample bank first (experiments/adaptive_cpu.sh bank)")
+        raise BackendError(f"{self._model_id}: this request is not in the LLM cache ({self._what} answers only "
+                           f"from it); {self._fix}")
 
     async def score(self, request: ChatRequest, reply: str) -> float:
         raise BackendError(f"{self._model_id}: this reply's score is not in the LLM cache (an offline pool "

@@ -86,7 +86,9 @@ class TrainedOrchestrator:
                               "--no-cache, or pass the policy's weights")
         self.path = card_path
         self.prompt_style = card.prompt_style
-        return CacheOnlyBackend(card.model_id)
+        return CacheOnlyBackend(card.model_id, what=f"the policy card {card_path.name}",
+                                fix="import the bank its specs were exported to (lemon cache import BANK), or "
+                                    "pass the policy's weights instead of its card")
 
     def _model_backend(self, path: Path, cached: bool, offline: bool) -> Backend:
         self.path = path
