@@ -23,7 +23,9 @@
 # ones), then GRPO with counterfactual credit over the banked items (adaptive_train.sh: arm `cf`, seed 0, STEPS
 # steps), into POLICY_RUNS. The SFT policy and the GRPO policy then enter the table like every method; they are
 # trained on the three math benchmarks only, so their MMLU, AQuA and HumanEval cells measure transfer.
-# TRAINED="DIR ..." evaluates policies trained elsewhere instead; TRAINED=none leaves them out.
+# TRAINED="DIR ..." evaluates policies trained elsewhere instead (a card, `lemon cache card`, replays one's specs
+# from the bank without its weights); TRAINED=bank the committed cards (experiments/bank/policies/*.json: the
+# table's policies of 2026-11-29, no training and no weights); TRAINED=none leaves them out.
 #
 # Parts. PARTS (default all five, in this order: baselines policies orchestrators topologies report) runs some.
 # The orchestrators' and topologies' evaluations need no trained policy (the orchestrators part takes the ones
@@ -32,7 +34,7 @@
 # store's claims share each evaluation's items, and the first joins whatever is unfinished when it gets there.
 #
 # Usage: LEMON_DATA_DIR=../shared/data [LIMIT=30|all SEEDS=2 POOL=cpu BENCHES="..."] [JOBS=2 THREADS=1 (on 2 cores)]
-#          [TRAINED=auto|none|"DIR ..."] [POLICY_RUNS=DIR TRAIN_LIMIT=20 N_TRAIN=60 STEPS=30 POLICY=HF_DIR]
+#          [TRAINED=auto|bank|none|"DIR ..."] [POLICY_RUNS=DIR TRAIN_LIMIT=20 N_TRAIN=60 STEPS=30 POLICY=HF_DIR]
 #          [PARTS="baselines policies orchestrators topologies report"] [TOPOLOGIES="chain tree complete random"]
 #          bash experiments/six_benchmarks.sh [STORE]
 set -euo pipefail
@@ -94,6 +96,8 @@ if [ "$trained" = auto ]; then  # a failed training leaves the rest of the table
   runs="${POLICY_RUNS:-$home/six-benchmarks-policy}" trained=""
   if wants policies; then train_policies "$runs" || failed="training the policies failed (above)"; fi
   for dir in "$runs/sft/model" "$runs/cf-s0/final"; do if [ -d "$dir" ]; then trained+=" $dir"; fi; done
+elif [ "$trained" = bank ]; then  # the committed cards: the table's policies replayed from the bank, no weights
+  trained="$(realpath --relative-to="$PWD" "$here"/bank/policies/*.json)"  # as a user writes them, from here
 elif [ "$trained" = none ]; then
   trained=""
 fi

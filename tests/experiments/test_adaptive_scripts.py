@@ -127,6 +127,24 @@ def test_the_tables_parts_run_alone_and_a_bad_part_is_one_line(tmp_path: Path, d
     assert "Paired test" not in res.stdout  # the report is a part of its own
 
 
+def test_the_tables_trained_rows_come_from_the_committed_cards(tmp_path: Path, data_dir: Path) -> None:
+    """TRAINED=bank evaluates the committed cards (experiments/bank/policies/), named as a user writes them from
+    the repository root; on a pool the bank has no spec of theirs for, the card refuses in one line, draws none."""
+    pool = scripted_pool_yaml(tmp_path / "pool.yaml", 0.0)
+    env = _env(tmp_path, data_dir, POOL=str(pool), BENCHES="multiarith", LIMIT="1", SEEDS="1",
+               PARTS="orchestrators", TRAINED="bank", BANK=str(_one_row_bank(tmp_path)))
+    res = subprocess.run(["bash", str(ROOT / "experiments" / "six_benchmarks.sh"), str(tmp_path / "t.sqlite")],
+                         env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    log = (tmp_path / "t.sqlite.runs.log").read_text()
+    cards = sorted(p.name for p in (ROOT / "experiments" / "bank" / "policies").glob("*.json"))
+    assert cards and [line.split("--method ")[1].split()[0] for line in log.splitlines()][1:2] == [
+        f"trained:experiments/bank/policies/{cards[0]}"]
+    assert res.returncode == 3, res.stderr[-2000:]  # the item is an error, never a drawn spec
+    assert (f"the policy card {cards[0]} answers only from it); import the bank its specs were exported to"
+            in res.stdout.replace("\n", " ")), res.stdout[-2000:]
+    assert "Traceback" not in res.stderr + res.stdout
+
+
 def test_the_choice_team_study_runs_its_stages_on_dev_items(tmp_path: Path, data_dir: Path) -> None:
     """experiments/choice_team.sh, on the scripted pool at one item: the 5-voter bank, the anchors, agree 2 of 3
     and the template, each on AQuA's and MMLU's `dev` items (never the table's), each logged before it runs."""
