@@ -46,7 +46,7 @@ def policy_identity(path: Path) -> str:
     file list, size and modification time, so the weights (~540 MB) are read once a process."""
     files = [path] if path.is_file() else sorted(
         p for p in path.iterdir() if p.is_file() and (p.suffix in _WEIGHT_SUFFIXES or p.name in _IDENTITY_NAMES))
-    stats = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    stats = tuple((str(f), st.st_size, st.st_mtime_ns) for f in files for st in (f.stat(),))
     return _IDENTITY_PREFIX + _files_digest(stats, read_prompt_style(path))
 
 
