@@ -81,7 +81,7 @@ from lemon.runtime import Executor
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.stops.policy import policy_names
-from lemon.train.stop_learning import Draw, ItemDraws, evaluate, learn_policy
+from lemon.train.stop_learning import Draw, ItemDraws, Objective, evaluate, learn_policy
 
 log = logging.getLogger("judge_stop_rule")
 ROOT = Path(__file__).parents[1]
@@ -222,7 +222,7 @@ def sweep(train: list[ItemDraws], test: list[ItemDraws]) -> list[tuple[str, Curv
             fit_on = [d for d in train if d.task_kind == kind]
             if not fit_on:
                 continue
-            policy = learn_policy(kind, fit_on, orders=ORDERS, price=price)
+            policy = learn_policy(kind, fit_on, orders=ORDERS, objective=Objective(price))
             judged = [d for d in test if d.task_kind == kind]
             part = replayed(evaluate(lambda m, p=policy: p.decide(m)[0], judged, 1), judged)
             for mine, theirs in zip((curve.correct, curve.tokens, curve.voters),

@@ -46,7 +46,7 @@ from lemon.runtime import Executor
 from lemon.spec.model import StopRule
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.stops.policy import POLICIES, Moment, Reply
-from lemon.train.stop_learning import Draw, ItemDraws, evaluate, learn_policy
+from lemon.train.stop_learning import Draw, ItemDraws, Objective, Opening, evaluate, learn_policy
 
 log = logging.getLogger("learn_stop_rule")
 TRAIN_SPLITS = ("gsm8k:train", "svamp:train", "multiarith:train", "aqua:dev", "mmlu:dev")
@@ -144,8 +144,9 @@ def leader_votes(m: Moment) -> int:
     return max(Counter(r.answer for r in m.replies if r.answer).values(), default=0)
 
 
-def fixed_rules() -> dict[str, object]:
-    """The fixed stop rules, restated over moments for the cross-validated comparison on training items."""
+def fixed_rules() -> dict[str, tuple[object, Opening]]:
+    """The fixed stop rules, restated over moments for the cross-validated comparison on training items, each
+    with the voter its runs open with."""
     def esc(m: Moment) -> str:
         return "stop" if leader_votes(m) >= 2 or not m.prose_left else "prose"
 
@@ -164,7 +165,12 @@ def fixed_rules() -> dict[str, object]:
             return "verify"
         return esc(m)
 
-    return {"5-vote": vote5, "esc (agree 2)": esc, "asc (0.95)": asc, "program cross-check": cross_check}
+    def program_esc(m: Moment) -> str:  # program voters first, agree 2; prose voters once none is left
+        return "stop" if leader_votes(m) >= 2 or not (m.prose_left or m.programs_left) else "verify"
+
+    return {"5-vote": (vote5, "prose"), "esc (agree 2)": (esc, "prose"), "asc (0.95)": (asc, "prose"),
+            "program cross-check": (cross_check, "prose"), "program esc (programs first, agree 2)":
+            (program_esc, "program")}
 
 
 def summary(name: str, outcomes: dict[str, object]) -> str:
@@ -176,35 +182,52 @@ def summary(name: str, outcomes: dict[str, object]) -> str:
 
 
 def cross_validate(items: list[ItemDraws], folds: int, orders: int, price: float,
-                   shown: Callable[[ItemDraws], ItemDraws] = lambda d: d) -> dict[str, dict[str, object]]:
+                   shown: Callable[[ItemDraws], ItemDraws] = lambda d: d, *, budget: float | None = None,
+                   opening: Opening = "prose") -> dict[str, dict[str, object]]:
     """Per rule, each item's outcome when the learned rule was fit without the item's fold (folds by item, so
     the seeds of one item stay together). The learned rule decides on `shown(item)` (e.g. its replies without
-    their log-probabilities: a pool that cannot score them), fit on the items as banked."""
+    their log-probabilities: a pool that cannot score them), fit on the items as banked: for `price`, or, with
+    `budget`, for the most accuracy at that share of the 5-vote's tokens on the fold's training items."""
     by_item = sorted({d.key.split("@")[0] for d in items})
     fold_of = {item: i % folds for i, item in enumerate(by_item)}
     results: dict[str, dict[str, object]] = {name: {} for name in [*fixed_rules(), "learned"]}
     for f in range(folds):
         train = [d for d in items if fold_of[d.key.split("@")[0]] != f]
         test = [d for d in items if fold_of[d.key.split("@")[0]] == f]
-        policy = learn_policy("cv", train, orders=orders, price=price)
-        results["learned"] |= evaluate(lambda m, p=policy: p.decide(m)[0], [shown(d) for d in test], orders)
+        objective = fit_objective(train, orders, price, budget)
+        policy = learn_policy("cv", train, orders=orders, objective=objective, opening=opening)
+        results["learned"] |= evaluate(lambda m, p=policy: p.decide(m)[0], [shown(d) for d in test], orders,
+                                       opening)
         log.info("fold %d: stop_at %.2f verify_at %.2f", f, policy.stop_at, policy.verify_at)
-    for name, rule in fixed_rules().items():
-        results[name] = evaluate(rule, items, orders)  # type: ignore[assignment]
+    for name, (rule, opens) in fixed_rules().items():
+        results[name] = evaluate(rule, items, orders, opens)  # type: ignore[assignment]
     return results
+
+
+def fit_objective(items: list[ItemDraws], orders: int, price: float, budget: float | None) -> Objective:
+    """A price, or a cap at `budget` x the 5-vote's mean tokens on `items` (what a claim at a budget reads)."""
+    if budget is None:
+        return Objective(price)
+    vote5 = evaluate(fixed_rules()["5-vote"][0], items, orders)
+    return Objective(price, budget * statistics.mean(o.tokens for o in vote5.values()))
 
 
 def learn_kind(kind: str, items: list[ItemDraws], args: argparse.Namespace) -> None:
     """Cross-validate, then fit on every draw of `kind` and write its packaged policy (`policies/KIND.json`)."""
-    results = cross_validate(items, args.folds, args.orders, args.price)
-    lines = [f"{kind}: cross-validated on training draws ({len(items)} pairs, {args.orders} orders, "
-             f"price {args.price}):", "| rule | accuracy | tokens | voters |", "|---|---|---|---|"]
+    results = cross_validate(items, args.folds, args.orders, args.price, budget=args.budget, opening=args.opening)
+    fit = f"budget {args.budget} of the 5-vote's tokens" if args.budget is not None else f"price {args.price}"
+    lines = [f"{kind}: cross-validated on training draws ({len(items)} pairs, {args.orders} orders, {fit}, "
+             f"runs open with a {args.opening} voter):", "| rule | accuracy | tokens | voters |", "|---|---|---|---|"]
     lines += [summary(name, outcomes) for name, outcomes in results.items()]
     log.info("\n".join(lines))
-    policy = learn_policy(kind, items, orders=args.orders, price=args.price)
-    out = args.out / f"{kind}.json"
+    name = f"{kind}-{args.suffix}" if args.suffix else kind
+    objective = fit_objective(items, args.orders, args.price, args.budget)
+    policy = learn_policy(name, items, orders=args.orders, objective=objective, opening=args.opening)
+    out = args.out / f"{name}.json"
     data = policy.to_json() | {"trained_on": {"splits": args.splits, "pairs": len(items), "orders": args.orders,
                                               "price": args.price, "folds": args.folds}}
+    if args.budget is not None or args.opening != "prose":  # the packaged files' bytes stay as they were
+        data["trained_on"] |= {"budget": args.budget, "opening": args.opening}
     write_atomic(out, json.dumps(data, indent=1) + "\n")
     log.info("wrote %s (stop_at %.2f, verify_at %.2f)", out, policy.stop_at, policy.verify_at)
 
@@ -218,11 +241,22 @@ def main() -> None:
     ap.add_argument("--orders", type=int, default=8)
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--out", type=Path, default=POLICIES, help="folder of the policies (one file per answer kind)")
+    ap.add_argument("--budget", type=float, help="fit for the most accuracy at this share of the 5-vote's tokens "
+                    "(e.g. 0.38) instead of --price")
+    ap.add_argument("--opening", choices=["prose", "program"], default="prose",
+                    help="the voter every run opens with (program: where the benchmark has program voters)")
+    ap.add_argument("--suffix", default="", help="write KIND-SUFFIX.json (a variant beside the packaged KIND.json)")
     ap.add_argument("--pool", default="cpu", help="the pool the bank was drawn on (its `large` level)")
     ap.add_argument("--collect-only", action="store_true")
     ap.add_argument("--score", action="store_true",
                     help="score prose replies banked without a log-probability (one teacher-forced pass each)")
     args = ap.parse_args()
+    variant = args.budget is not None or args.opening != "prose"
+    if variant and not args.suffix and args.out.resolve() == POLICIES.resolve():
+        raise LemonError("--budget or --opening program would overwrite the packaged policies; name the variant "
+                         "with --suffix (KIND-SUFFIX.json) or write elsewhere with --out")
+    if args.budget is not None and not 0 < args.budget <= 1:
+        raise LemonError(f"--budget {args.budget}: give a share of the 5-vote's tokens in (0, 1], e.g. 0.38")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     known = {}
     if args.draws.is_file():

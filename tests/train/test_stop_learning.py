@@ -14,7 +14,15 @@ import pytest
 
 from lemon.errors import ConfigError
 from lemon.spec.stops.policy import FEATURES, Moment, Reply, StopPolicy, load_policy, policy_from_json
-from lemon.train.stop_learning import Draw, ItemDraws, choose_thresholds, evaluate, learn_policy, reward
+from lemon.train.stop_learning import (
+    Draw,
+    ItemDraws,
+    Objective,
+    choose_thresholds,
+    evaluate,
+    learn_policy,
+    reward,
+)
 
 
 def _bank(n: int, seed: int) -> list[ItemDraws]:
@@ -34,8 +42,8 @@ def _bank(n: int, seed: int) -> list[ItemDraws]:
 
 def test_learning_finds_the_signal_and_fails_when_switched_off() -> None:
     train, test = _bank(80, 0), _bank(80, 1)
-    learned = learn_policy("t", train, orders=1, price=0.05)
-    untrained = choose_thresholds("t", tuple(0.0 for _ in FEATURES), train, 1, 0.05)  # training off
+    learned = learn_policy("t", train, orders=1, objective=Objective(0.05))
+    untrained = choose_thresholds("t", tuple(0.0 for _ in FEATURES), train, 1, Objective(0.05))  # training off
     got, off = (evaluate(lambda m, p=p: p.decide(m)[0], test, 1) for p in (learned, untrained))
     assert reward(got, 0.05) > reward(off, 0.05) + 0.02
     # on held-out items: no less accurate, at well under the tokens (untrained, no threshold separates the
@@ -50,7 +58,7 @@ def test_learning_finds_the_signal_and_fails_when_switched_off() -> None:
 
 
 def test_decisions_are_exactly_reproducible_from_the_file(tmp_path) -> None:
-    policy = learn_policy("t", _bank(40, 2), orders=2, price=0.05)
+    policy = learn_policy("t", _bank(40, 2), orders=2, objective=Objective(0.05))
     path = tmp_path / "p.json"
     path.write_text(json.dumps(policy.to_json()))
     again = load_policy(path)
@@ -90,3 +98,43 @@ def test_a_hostile_policy_file_is_one_line(tmp_path, change: dict, fault: str) -
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(ConfigError, match="not JSON"):
         load_policy(tmp_path / "bad.json")
+
+
+def _two_kind_bank(n: int, seed: int) -> list[ItemDraws]:
+    """Prose voters right 60 % of the time at 300 tokens, program voters 80 % at 150 (the bank's shape on number
+    benchmarks: a program voter is the cheaper and the surer); "7" is every item's right answer."""
+    rng = random.Random(seed)
+
+    def draw(program: bool, p_right: float, tokens: int) -> Draw:
+        right = rng.random() < p_right
+        return Draw(Reply(program, "7" if right else str(rng.randint(10, 99)), -30.0, tokens // 2, False), right,
+                    tokens)
+    return [ItemDraws(f"syn/{i}@0", "number", 200, tuple(draw(False, 0.6, 300) for _ in range(5)),
+                      tuple(draw(True, 0.8, 150) for _ in range(5))) for i in range(n)]
+
+
+def _mean(outcomes: dict, field: str) -> float:
+    return sum(getattr(o, field) for o in outcomes.values()) / len(outcomes)
+
+
+def test_a_budget_is_met_and_learning_under_it_pays_only_when_switched_on() -> None:
+    train, test = _two_kind_bank(60, 4), _two_kind_bank(60, 5)
+    cap = Objective(cap=0.3 * 1500)  # 30 % of the 5-vote's 1,500 tokens: 3 program voters or 1 prose one
+    learned = learn_policy("t", train, orders=2, objective=cap, opening="program")
+    untrained = choose_thresholds("t", tuple(0.0 for _ in FEATURES), train, 2, cap, "program")  # training off
+    fit = evaluate(lambda m: learned.decide(m)[0], train, 2, "program")
+    assert _mean(fit, "tokens") <= cap.cap  # type: ignore[operator]
+    got, off = (evaluate(lambda m, p=p: p.decide(m)[0], test, 2, "program") for p in (learned, untrained))
+    assert _mean(got, "right") > _mean(off, "right") + 0.05 and _mean(got, "tokens") <= 1.1 * cap.cap  # type: ignore
+    # opened with a prose voter, the same budget buys one prose reply (60 %), not a check between programs
+    prose_first = learn_policy("t", train, orders=2, objective=cap)
+    assert _mean(evaluate(lambda m: prose_first.decide(m)[0], test, 2), "right") < _mean(got, "right") - 0.1
+
+
+def test_a_budget_nothing_fits_takes_the_cheapest_and_a_program_opening_needs_programs() -> None:
+    items = _two_kind_bank(10, 6)
+    policy = choose_thresholds("t", tuple(0.0 for _ in FEATURES), items, 1, Objective(cap=10.0))
+    assert _mean(evaluate(lambda m: policy.decide(m)[0], items, 1), "voters") == 1.0  # none fits: one voter
+    no_programs = [ItemDraws(d.key, "choice", d.task_chars, d.prose, ()) for d in items]
+    ran = evaluate(lambda m: "stop", no_programs, 1, "program")
+    assert _mean(ran, "tokens") == 300  # a program opening without program voters opens with a prose one
