@@ -168,9 +168,14 @@ def fixed_rules() -> dict[str, tuple[object, Opening]]:
     def program_esc(m: Moment) -> str:  # program voters first, agree 2; prose voters once none is left
         return "stop" if leader_votes(m) >= 2 or not (m.prose_left or m.programs_left) else "verify"
 
+    def programs_only(m: Moment) -> str:  # program voters only, agree 2 (a choice has none: esc over prose)
+        if leader_votes(m) >= 2 or not (m.programs_left or (m.prose_left and not m.replies[0].program)):
+            return "stop"
+        return "verify"
+
     return {"5-vote": (vote5, "prose"), "esc (agree 2)": (esc, "prose"), "asc (0.95)": (asc, "prose"),
             "program cross-check": (cross_check, "prose"), "program esc (programs first, agree 2)":
-            (program_esc, "program")}
+            (program_esc, "program"), "program esc (programs only, agree 2)": (programs_only, "program")}
 
 
 def summary(name: str, outcomes: dict[str, object]) -> str:
