@@ -27,6 +27,7 @@ from lemon.errors import run_script
 from lemon.evaluation.baselines import supports
 from lemon.evaluation.item import EvalSettings, build_context, run_item
 from lemon.evaluation.methods import resolve_method
+from lemon.files import write_output
 from lemon.llm.cache import SQLiteCache
 from lemon.llm.cache_file import import_cache
 from lemon.llm.pools import load_pool
@@ -95,7 +96,7 @@ def main() -> None:
                         sum(bool(r["correct"]) for r in rows))
     text = "\n".join(lines) + "\n"
     if args.out:
-        args.out.write_text(text, encoding="utf-8")
+        write_output(args.out, text, what="the replayed rows", fix="pass --out another path")
     else:
         print(text, end="")
 

@@ -39,9 +39,9 @@ from lemon.evaluation.bank import bank_keys, bank_params, vote_team
 from lemon.evaluation.baselines import baseline_spec
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.store import ResultsStore
-from lemon.files import write_atomic
+from lemon.files import write_output
 from lemon.llm.pools import load_pool
-from lemon.paths import lemon_home
+from lemon.paths import ensure_dir, lemon_home
 from lemon.runtime import Executor
 from lemon.spec.model import StopRule
 from lemon.spec.roles import RoleLibrary
@@ -233,7 +233,7 @@ def learn_kind(kind: str, items: list[ItemDraws], args: argparse.Namespace) -> N
                                               "price": args.price, "folds": args.folds}}
     if args.budget is not None or args.opening != "prose":  # the packaged files' bytes stay as they were
         data["trained_on"] |= {"budget": args.budget, "opening": args.opening}
-    write_atomic(out, json.dumps(data, indent=1) + "\n")
+    write_output(out, json.dumps(data, indent=1) + "\n", what="the policy", fix="pass --out another folder")
     log.info("wrote %s (stop_at %.2f, verify_at %.2f)", out, policy.stop_at, policy.verify_at)
 
 
@@ -263,11 +263,14 @@ def main() -> None:
     if args.budget is not None and not 0 < args.budget <= 1:
         raise LemonError(f"--budget {args.budget}: give a share of the 5-vote's tokens in (0, 1], e.g. 0.38")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for folder, what in ((args.out, "the policies"), (args.draws.parent, "the draws")):
+        ensure_dir(folder, what)  # found before the replay and the fit are paid for, not after
     known = {}
     if args.draws.is_file():
         known = {d.key: d for d in map(draws_from_json, args.draws.read_text().splitlines())}
     items = asyncio.run(collect(ResultsStore(args.store), args.splits, known, args.score, args.pool))
-    write_atomic(args.draws, "".join(draws_to_json(d) + "\n" for d in items))
+    write_output(args.draws, "".join(draws_to_json(d) + "\n" for d in items), what="the draws",
+                 fix="pass --draws another path")
     log.info("%d (item, seed) pairs: %s", len(items), dict(Counter(d.key.split("/")[0] for d in items)))
     if not args.collect_only:
         for kind in sorted({d.task_kind for d in items}):

@@ -52,7 +52,7 @@ from learn_stop_rule import (
 
 from lemon.errors import LemonError, run_script
 from lemon.evaluation.store import ResultsStore
-from lemon.files import write_atomic
+from lemon.files import write_output
 from lemon.paths import lemon_home
 from lemon.spec.stops.policy import Moment
 from lemon.train.budget_teacher import FRAMING_TOKENS, TASK_CHARS_PER_TOKEN
@@ -210,7 +210,8 @@ def load_items(args: argparse.Namespace) -> list[ItemDraws]:
     limits["multiarith:train"] = min(limits["multiarith:train"], args.multiarith_items)
     with ResultsStore(args.store, read_only=True) as store:
         items = asyncio.run(collect(store, list(TRAIN_SPLITS), known, limits=limits, seeds=1))
-    write_atomic(args.draws, "".join(draws_to_json(d) + "\n" for d in items))
+    write_output(args.draws, "".join(draws_to_json(d) + "\n" for d in items), what="the draws",
+                 fix="pass --draws another path")
     counts = Counter(bench_of(d.key) for d in items)
     short = {s: (counts[s.split(":")[0]], n) for s, n in limits.items() if counts[s.split(":")[0]] < n}
     if short:  # said, not hidden: the rows are then over fewer pairs than asked

@@ -42,6 +42,7 @@ from lemon.evaluation.baselines import GATE_LOGPROB, baseline_spec, supports
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.report import mcnemar_exact
 from lemon.evaluation.store import ResultsStore
+from lemon.files import write_output
 from lemon.llm.pools import load_pool
 from lemon.paths import lemon_home
 from lemon.runtime import Executor, NodeCache
@@ -281,9 +282,10 @@ def main() -> None:
     for budget in args.budget or default_budgets(curves):
         print("\n".join(matched_table(chosen, curves, budget)))
     if args.json:
-        args.json.write_text(json.dumps({label: {"correct": {"/".join(map(str, k)): v for k, v in c.correct.items()},
-                                                 "tokens": {"/".join(map(str, k)): v for k, v in c.tokens.items()}}
-                                         for label, c in curves.items()}, indent=1))
+        write_output(args.json, json.dumps({label: {"correct": {"/".join(map(str, k)): v for k, v in c.correct.items()},
+                                                    "tokens": {"/".join(map(str, k)): v for k, v in c.tokens.items()}}
+                                            for label, c in curves.items()}, indent=1),
+                     what="the curves", fix="pass --json another path")
 
 
 if __name__ == "__main__":

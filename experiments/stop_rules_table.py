@@ -34,6 +34,7 @@ from lemon.evaluation.baselines import CGES_POSTERIOR, GATE_LOGPROB, voter_team
 from lemon.evaluation.item import item_seed
 from lemon.evaluation.report import mcnemar_exact
 from lemon.evaluation.store import ResultsStore
+from lemon.files import write_output
 from lemon.llm.pools import load_pool
 from lemon.paths import lemon_home
 from lemon.runtime import Executor
@@ -277,7 +278,7 @@ def main() -> None:
                                "tokens": {f"{k[0]}#{k[1]}": v for k, v in o.tokens.items()}}
                            for n, o in outcomes.items()}
     if args.json:
-        args.json.write_text(json.dumps(dump, indent=1))
+        write_output(args.json, json.dumps(dump, indent=1), what="the outcomes", fix="pass --json another path")
 
 
 if __name__ == "__main__":

@@ -46,3 +46,15 @@ def test_score_banks_a_log_probability_for_every_prose_reply_that_lacked_one(tmp
     again = subprocess.run([*script, "--draws", str(tmp_path / "again.jsonl")], env=env, capture_output=True,
                            text=True, timeout=300, cwd=ROOT)  # without --score: the scores are banked now
     assert again.returncode == 0 and _logprobs(tmp_path / "again.jsonl") == values, again.stderr[-2000:]
+
+
+def test_an_output_folder_that_cannot_be_made_is_one_line_before_any_work(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for flag, value in (("--out", blocker / "policies"), ("--draws", blocker / "d.jsonl")):
+        done = subprocess.run([sys.executable, str(ROOT / "experiments" / "learn_stop_rule.py"), flag, str(value),
+                               "--store", str(tmp_path / "none.sqlite")], capture_output=True, text=True,
+                              timeout=120, cwd=ROOT)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+        assert "cannot create the folder" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "none.sqlite").exists()  # refused before the store was opened
