@@ -15,8 +15,11 @@ does against the fixed stop rules on items it was not fit on.
    packaged policies: `stop: {learned: number}` reads src/lemon/spec/stops/policies/number.json).
 
 Usage: LEMON_DATA_DIR=../shared/data python experiments/learn_stop_rule.py [--store S] [--draws F]
-       [--splits gsm8k:train svamp:train ...] [--price 0.05] [--orders 8] [--out DIR] [--collect-only]
-       [--score] [--pool cpu]
+       [--splits gsm8k:train svamp:train ...] [--price 0.05 | --budget 0.38] [--opening prose|program]
+       [--suffix NAME] [--orders 8] [--out DIR] [--collect-only] [--score] [--pool cpu]
+--budget: thresholds for the most accuracy at that share of the 5-vote's tokens (a claim at a budget) instead of a
+price; --opening program: every run opens with a program voter (where the benchmark has them); a variant is
+written as KIND-SUFFIX.json, never over the packaged KIND.json.
 --score: prose replies banked before replies carried their log-probability (AQuA and MMLU `dev`) are scored first,
 one teacher-forced pass each on the `cpu` pool's model, and the scores banked (`score_voters`).
 Rebuild the packaged policies: python experiments/learn_stop_rule.py (after experiments/runtime_bank.sh train).
