@@ -142,16 +142,11 @@ def draws_from_json(line: str) -> ItemDraws:
                      tuple(one(v) for v in data["programs"]))
 
 
-def leader_votes(m: Moment) -> int:
-    """How many replies so far give the most common answer (0 with none): what an agree-k rule reads."""
-    return max(Counter(r.answer for r in m.replies if r.answer).values(), default=0)
-
-
 def fixed_rules() -> dict[str, tuple[object, Opening]]:
     """The fixed stop rules, restated over moments for the cross-validated comparison on training items, each
     with the voter its runs open with."""
     def esc(m: Moment) -> str:
-        return "stop" if leader_votes(m) >= 2 or not m.prose_left else "prose"
+        return "stop" if m.leader_votes() >= 2 or not m.prose_left else "prose"
 
     beta = StopRule(confidence=0.95)
 
@@ -169,16 +164,21 @@ def fixed_rules() -> dict[str, tuple[object, Opening]]:
         return esc(m)
 
     def program_esc(m: Moment) -> str:  # program voters first, agree 2; prose voters once none is left
-        return "stop" if leader_votes(m) >= 2 or not (m.prose_left or m.programs_left) else "verify"
+        return "stop" if m.leader_votes() >= 2 or not (m.prose_left or m.programs_left) else "verify"
 
     def programs_only(m: Moment) -> str:  # program voters only, agree 2 (a choice has none: esc over prose)
-        if leader_votes(m) >= 2 or not (m.programs_left or (m.prose_left and not m.replies[0].program)):
+        if m.leader_votes() >= 2 or not (m.programs_left or (m.prose_left and not m.replies[0].program)):
             return "stop"
         return "verify"
 
     return {"5-vote": (vote5, "prose"), "esc (agree 2)": (esc, "prose"), "asc (0.95)": (asc, "prose"),
             "program cross-check": (cross_check, "prose"), "program esc (programs first, agree 2)":
             (program_esc, "program"), "program esc (programs only, agree 2)": (programs_only, "program")}
+
+
+def written(opening: Opening) -> Opening | None:
+    """The policy's own opening: none (format 1, the judged team writes its prose voters first) for prose."""
+    return None if opening == "prose" else opening
 
 
 def summary(name: str, outcomes: dict[str, object]) -> str:
@@ -203,7 +203,7 @@ def cross_validate(items: list[ItemDraws], folds: int, orders: int, price: float
         train = [d for d in items if fold_of[d.key.split("@")[0]] != f]
         test = [d for d in items if fold_of[d.key.split("@")[0]] == f]
         objective = fit_objective(train, orders, price, budget)
-        policy = learn_policy("cv", train, orders=orders, objective=objective, opening=opening)
+        policy = learn_policy("cv", train, orders=orders, objective=objective, opening=written(opening))
         results["learned"] |= evaluate(lambda m, p=policy: p.decide(m)[0], [shown(d) for d in test], orders,
                                        opening)
         log.info("fold %d: stop_at %.2f verify_at %.2f", f, policy.stop_at, policy.verify_at)
@@ -230,7 +230,7 @@ def learn_kind(kind: str, items: list[ItemDraws], args: argparse.Namespace) -> N
     log.info("\n".join(lines))
     name = f"{kind}-{args.suffix}" if args.suffix else kind
     objective = fit_objective(items, args.orders, args.price, args.budget)
-    policy = learn_policy(name, items, orders=args.orders, objective=objective, opening=args.opening)
+    policy = learn_policy(name, items, orders=args.orders, objective=objective, opening=written(args.opening))
     out = args.out / f"{name}.json"
     data = policy.to_json() | {"trained_on": {"splits": args.splits, "pairs": len(items), "orders": args.orders,
                                               "price": args.price, "folds": args.folds}}

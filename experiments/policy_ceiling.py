@@ -47,7 +47,6 @@ from learn_stop_rule import (
     draws_from_json,
     draws_to_json,
     fixed_rules,
-    leader_votes,
 )
 
 from lemon.errors import LemonError, run_script
@@ -74,7 +73,7 @@ def extra_rules() -> dict[str, Callable[[Moment], str]]:
         return "stop"
 
     def agree_2_of_3(m: Moment) -> str:
-        return "stop" if leader_votes(m) >= 2 or len(m.replies) >= 3 or not m.prose_left else "prose"
+        return "stop" if m.leader_votes() >= 2 or len(m.replies) >= 3 or not m.prose_left else "prose"
     return {"cot (1 voter)": one, "agree 2 of 3": agree_2_of_3}
 
 

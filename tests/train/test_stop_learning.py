@@ -18,9 +18,14 @@ from lemon.train.stop_learning import (
     Draw,
     ItemDraws,
     Objective,
+    Point,
+    allocate,
     choose_thresholds,
     evaluate,
+    frontier,
     learn_policy,
+    learn_weights,
+    pareto,
     reward,
 )
 
@@ -138,3 +143,71 @@ def test_a_budget_nothing_fits_takes_the_cheapest_and_a_program_opening_needs_pr
     no_programs = [ItemDraws(d.key, "choice", d.task_chars, d.prose, ()) for d in items]
     ran = evaluate(lambda m: "stop", no_programs, 1, "program")
     assert _mean(ran, "tokens") == 300  # a program opening without program voters opens with a prose one
+
+
+@pytest.mark.parametrize(("change", "fault"), [
+    ({"opening": "both"}, "opening must be one of prose, program"),
+    ({"agree": 1}, "agree must be null or a whole number"),
+    ({"agree": True}, "agree must be null or a whole number"),
+    ({"agree": 2.5}, "agree must be null or a whole number"),
+    ({"format": "lemon-stop-policy/1"}, "are format 2's"),
+])
+def test_a_hostile_format_2_field_is_one_line(change: dict, fault: str) -> None:
+    data = StopPolicy("t", tuple(0.0 for _ in FEATURES), 0.9, 0.5, "program", 2).to_json() | change
+    with pytest.raises(ConfigError) as err:
+        policy_from_json(data, "p.json")
+    assert fault in str(err.value) and "\n" not in str(err.value)
+
+
+def test_format_1_files_stay_format_1_and_a_floor_stops_whatever_the_probability() -> None:
+    plain = StopPolicy("t", tuple(0.0 for _ in FEATURES), 0.9, 0.5)
+    assert plain.to_json()["format"] == "lemon-stop-policy/1" and "agree" not in plain.to_json()
+    floor = StopPolicy("t", tuple(0.0 for _ in FEATURES), 0.9, 0.5, "prose", 2)  # p = 0.5 < stop_at
+    assert policy_from_json(floor.to_json(), "p.json") == floor
+    one, two = Reply(False, "3", None, 50, False), Reply(True, "3", None, 50, False)
+    assert floor.decide(Moment((one,), 4, 4, 100))[0] == "verify"
+    assert floor.decide(Moment((one, two), 4, 3, 100))[0] == "stop"
+    assert plain.decide(Moment((one, two), 4, 3, 100))[0] == "verify"  # no floor: two votes are not enough
+
+
+def _point(accuracy: float, tokens: float) -> Point:
+    return Point(StopPolicy("t", tuple(0.0 for _ in FEATURES), 0.9, 0.5), accuracy, tokens)
+
+
+def test_a_pooled_budget_goes_where_accuracy_is_cheap() -> None:
+    cheap = [_point(0.5, 100), _point(0.9, 300), _point(0.85, 400)]  # the last is beaten: off the frontier
+    dear = [_point(0.5, 100), _point(0.55, 300)]
+    assert pareto(cheap) == cheap[:2]
+    pairs = {"cheap": 1, "dear": 1}
+    got = allocate({"cheap": cheap, "dear": dear}, pairs, cap=200)
+    assert (got["cheap"].tokens, got["dear"].tokens) == (300, 100)  # 70 % at 200, not 52.5 %
+    weighted = allocate({"cheap": cheap, "dear": dear}, {"cheap": 1, "dear": 3}, cap=150)
+    assert (weighted["cheap"].tokens, weighted["dear"].tokens) == (300, 100)  # (300 + 3 x 100) / 4 = 150
+    nothing = allocate({"cheap": cheap, "dear": dear}, pairs, cap=10)
+    assert (nothing["cheap"].tokens, nothing["dear"].tokens) == (100, 100)  # none fits: the cheapest
+
+
+def test_a_pooled_budget_pays_only_when_learning_is_switched_on() -> None:
+    """Two kinds under one budget (the two synthetic banks above): the points of learned weights, allocated,
+    beat those of zero weights on held-out items at the same pooled tokens."""
+    def fronts(banks: dict[str, list[ItemDraws]], learned: bool) -> dict[str, list[Point]]:
+        out: dict[str, list[Point]] = {}
+        for kind, items in banks.items():
+            opening = "program" if items[0].programs else "prose"
+            weights = learn_weights(items, 2, opening=opening) if learned else tuple(0.0 for _ in FEATURES)
+            out[kind] = [Point(p, _mean(o, "right"), _mean(o, "tokens")) for p, o in
+                         frontier(kind, weights, items, 2, lowest_stop_at=0.3, opening=opening, agree=2)]
+        return out
+
+    train = {"number": _two_kind_bank(40, 7), "choice": _bank(40, 8)}
+    test = {"number": _two_kind_bank(40, 9), "choice": _bank(40, 10)}
+    pairs, cap = {"number": 1, "choice": 1}, 500.0
+    results = []
+    for learned in (True, False):
+        chosen = allocate(fronts(train, learned), pairs, cap)
+        outcomes = {k: evaluate(lambda m, p=chosen[k].policy: p.decide(m)[0], test[k], 2,
+                                chosen[k].policy.opening or "prose") for k in test}
+        results.append((sum(_mean(o, "right") for o in outcomes.values()) / 2,
+                        sum(_mean(o, "tokens") for o in outcomes.values()) / 2))
+    (on_right, on_tokens), (off_right, _) = results
+    assert on_right > off_right + 0.05 and on_tokens <= 1.15 * cap

@@ -185,9 +185,12 @@ def stop_rule_line(e: dict[str, Any]) -> str:
 
 
 def _controller_step(d: dict[str, Any]) -> str:
-    """One decision of a learned rule: after which parents, what it did and on what probability."""
-    after = ", ".join(d.get("after") or ()) or "-"
+    """One decision of a learned rule: after which parents, what it did and on what probability (its opening is
+    decided before any reply, on none)."""
     then = f" -> {d['next']}" if d.get("next") else ""
+    if not d.get("after") and "p_right" not in d:
+        return f"before any reply: {d.get('action', '-')}{then}"
+    after = ", ".join(d.get("after") or ()) or "-"
     return f"after {after}: {d.get('action', '-')} (P(leader right) {d.get('p_right', '-')}){then}"
 
 

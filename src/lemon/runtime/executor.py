@@ -413,10 +413,18 @@ class _Run:
         return {p: self.outputs[p] for p in ([sure.sure] if sure is not None and sure.sure else ran)}
 
     async def _parents_by_controller(self, agent: Agent, rule: StopRule, order: tuple[str, ...]) -> dict[str, str]:
-        """Parents chosen one at a time by the rule's controller (`learned`): the first in written order, then
-        whichever it asks for, until it stops or none is left; each decision goes into the rule's stop event."""
+        """Parents chosen one at a time by the rule's controller (`learned`): the one it opens with (the first in
+        written order unless it decides), then whichever it asks for, until it stops or none is left; each decision
+        goes into the rule's stop event."""
         control, value = rule.controller  # type: ignore[misc]
-        view, ran, decisions = RunStopView(self, agent), [order[0]], []
+        view, decisions = RunStopView(self, agent), []
+        try:
+            first, opened = control.first_parent(value, view, order)
+        except LemonError as exc:
+            raise _Stop("error", f"the stop rule of {agent.name!r}: {exc}") from None
+        ran = [first]
+        if opened is not None:
+            decisions.append(opened)
         while True:
             await self._start(ran[-1])
             try:

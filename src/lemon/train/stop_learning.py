@@ -10,18 +10,22 @@ each step is checkable: the calibration on held-out items, then the thresholds' 
 
 Shapes: a bank is a list of `ItemDraws` (one per item and seed; `prose` and `programs` hold the banked draws in
 rank order); a moment's features are `len(FEATURES)` floats; `fit_probability` takes an (n, F) matrix.
+
+A format-2 policy adds what the first form could not learn: its opening voter and an agreement floor. Each
+(opening, floor) gets its own fit and grid (`frontier`), and `allocate` picks one point per answer kind for a
+token budget pooled over the kinds, the form of the claim it is judged by.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from itertools import product
 
 import numpy as np
 
-from lemon.spec.stops.policy import FEATURES, Action, Moment, Reply, StopPolicy, features
+from lemon.spec.stops.policy import FEATURES, Action, Moment, Opening, Reply, StopPolicy, features
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +58,8 @@ class Outcome:
 
 
 Orders = list[tuple[tuple[int, ...], tuple[int, ...]]]
-#: Which voter a run opens with: the first decision is taken before any reply exists, so it is the team's (its
-#: written order), not the policy's; a program voter costs about half a prose one on these benchmarks.
-Opening = Literal["prose", "program"]
+#: Which voter a run opens with (`Opening`): a format-1 policy runs the team's first written voter; a format-2
+#: policy names it. A program voter costs about half a prose one on these benchmarks.
 
 
 def draw_orders(item: ItemDraws, n: int, seed: int = 0) -> Orders:
@@ -189,11 +192,21 @@ class Objective:
         return 0.50 if self.cap is None else 0.30
 
 
-def choose_thresholds(name: str, weights: tuple[float, ...], items: Sequence[ItemDraws], orders: int,
-                      objective: Objective, opening: Opening = "prose") -> StopPolicy:
-    """The (stop_at, verify_at) of the best `objective` on `items`, over a grid; never verifying is one of the
-    choices (verify_at = stop_at)."""
-    best: tuple[float, StopPolicy] | None = None
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One policy of a threshold grid and what it does on the items it was chosen on (means over items)."""
+
+    policy: StopPolicy
+    accuracy: float
+    tokens: float
+
+
+def frontier(name: str, weights: tuple[float, ...], items: Sequence[ItemDraws], orders: int, *,
+             lowest_stop_at: float = 0.50, opening: Opening | None = None,
+             agree: int | None = None) -> Iterator[tuple[StopPolicy, dict[str, Outcome]]]:
+    """Every (stop_at, verify_at) of the grid with its outcomes on `items` (runs opened as `opening` says, prose
+    when None), stop_at from `lowest_stop_at` to 0.99 by 0.02, and 1.0 where a floor `agree` stops the run;
+    never verifying is one of the choices (verify_at = stop_at)."""
     known: dict[Moment, float] = {}  # P(leader right) of each moment met: the weights are fixed over the grid
     scorer = StopPolicy(name, weights, 1.0, 1.0)
 
@@ -202,19 +215,60 @@ def choose_thresholds(name: str, weights: tuple[float, ...], items: Sequence[Ite
             known[m] = scorer.probability(m)
         return known[m]
 
-    for stop_at in np.round(np.arange(objective.lowest_stop_at(), 0.991, 0.02), 2):
+    stops = [*np.round(np.arange(lowest_stop_at, 0.991, 0.02), 2), *([1.0] if agree is not None else [])]
+    for stop_at in stops:
         for verify_at in sorted({*np.round(np.arange(0.0, stop_at, 0.1), 2), stop_at}):
-            policy = StopPolicy(name, weights, float(stop_at), float(verify_at))
-            outcomes = evaluate(lambda m, p=policy: p.action(probability(m), m), items, orders, opening)
-            value = objective.value(outcomes)
-            if best is None or value > best[0] + 1e-12:
-                best = (value, policy)
+            policy = StopPolicy(name, weights, float(stop_at), float(verify_at), opening, agree)
+            yield policy, evaluate(lambda m, p=policy: p.action(probability(m), m), items, orders,
+                                   opening or "prose")
+
+
+def choose_thresholds(name: str, weights: tuple[float, ...], items: Sequence[ItemDraws], orders: int,
+                      objective: Objective, opening: Opening | None = None,
+                      agree: int | None = None) -> StopPolicy:
+    """The (stop_at, verify_at) of the best `objective` on `items`, over `frontier`'s grid."""
+    best: tuple[float, StopPolicy] | None = None
+    for policy, outcomes in frontier(name, weights, items, orders, lowest_stop_at=objective.lowest_stop_at(),
+                                     opening=opening, agree=agree):
+        value = objective.value(outcomes)
+        if best is None or value > best[0] + 1e-12:
+            best = (value, policy)
     assert best is not None
     return best[1]
 
 
 def learn_policy(name: str, items: Sequence[ItemDraws], *, orders: int = 8, objective: Objective = Objective(),
-                 l2: float = 1e-3, opening: Opening = "prose") -> StopPolicy:
-    """Fit P(leader right | moment) on `items` (runs opened as `opening` says), then the thresholds for
-    `objective` (by default a price of 0.05 accuracy per 1,000 tokens: 5 points for 1,000 tokens)."""
-    return choose_thresholds(name, learn_weights(items, orders, l2, opening), items, orders, objective, opening)
+                 l2: float = 1e-3, opening: Opening | None = None, agree: int | None = None) -> StopPolicy:
+    """Fit P(leader right | moment) on `items` (runs opened as `opening` says: prose when None, the format-1
+    policy that runs the team's first written voter), then the thresholds for `objective` (by default a price of
+    0.05 accuracy per 1,000 tokens: 5 points for 1,000 tokens), with the agreement floor `agree` if given."""
+    weights = learn_weights(items, orders, l2, opening or "prose")
+    return choose_thresholds(name, weights, items, orders, objective, opening, agree)
+
+
+def pareto(points: Sequence[Point]) -> list[Point]:
+    """The points no other beats on both accuracy and tokens (none more accurate at no more tokens), cheapest
+    first."""
+    out: list[Point] = []
+    for point in sorted(points, key=lambda q: (q.tokens, -q.accuracy)):
+        if not out or point.accuracy > out[-1].accuracy + 1e-12:
+            out.append(point)
+    return out
+
+
+def allocate(fronts: Mapping[str, Sequence[Point]], pairs: Mapping[str, int], cap: float) -> dict[str, Point]:
+    """One point per answer kind for a budget over all of them: the most pooled accuracy (each kind weighing its
+    `pairs`, as a pooled claim counts them) at pooled mean tokens <= `cap` per pair; if no combination fits, the
+    cheapest. A kind where accuracy is cheap takes the tokens a kind where it is dear would waste."""
+    kinds = sorted(fronts)
+    total = sum(pairs[k] for k in kinds)
+    best: tuple[float, dict[str, Point]] | None = None
+    for combo in product(*(pareto(fronts[k]) for k in kinds)):
+        tokens = sum(pairs[k] * q.tokens for k, q in zip(kinds, combo, strict=True)) / total
+        accuracy = sum(pairs[k] * q.accuracy for k, q in zip(kinds, combo, strict=True)) / total
+        value = accuracy if tokens <= cap else -tokens
+        if best is None or value > best[0] + 1e-12:
+            best = (value, dict(zip(kinds, combo, strict=True)))
+    if best is None:
+        raise ValueError("allocate needs at least one point per kind")
+    return best[1]

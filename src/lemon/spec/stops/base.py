@@ -128,6 +128,11 @@ class StopCriterion:
         """The score at which a gate takes a parent alone."""
         raise NotImplementedError(self.key)
 
+    def first_parent(self, value: Any, view: StopView, order: Sequence[str]) -> tuple[str, dict[str, object] | None]:
+        """A controller's opening parent, chosen before any reply exists, and the decision as the trace records it
+        (None: nothing was decided, the first written parent runs)."""
+        return order[0], None
+
     async def next_parent(self, value: Any, view: StopView, voter: str, ran: Sequence[str],
                           order: Sequence[str]) -> tuple[str | None, dict[str, object]]:
         """A controller's choice after the parents in `ran` returned: the next of `order` to run (None: stop),

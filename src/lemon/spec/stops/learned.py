@@ -45,6 +45,16 @@ class Learned(StopCriterion):
             return "; every parent runs, no learned policy stops them"
         return f"; the learned policy {new!r} decides instead of {old!r}"
 
+    def first_parent(self, value: Any, view: StopView, order: Sequence[str]) -> tuple[str, dict[str, object] | None]:
+        """The policy's opening voter (format 2): the first written one of the kind it opens with, where the team
+        has one; a format-1 policy leaves the team's first written voter (no decision recorded)."""
+        opening = packaged_policy(value).opening
+        if opening is None:
+            return order[0], None
+        kind = [p for p in order if view.is_program(p) == (opening == "program")]
+        chosen = (kind or list(order))[0]
+        return chosen, {"after": [], "action": f"open with {opening}", "next": chosen}
+
     async def next_parent(self, value: Any, view: StopView, voter: str, ran: Sequence[str],
                           order: Sequence[str]) -> tuple[str | None, dict[str, object]]:
         """The parent to run next (None: stop), and the decision as the trace records it (its inputs, the

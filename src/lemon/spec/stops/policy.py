@@ -11,6 +11,10 @@ probability that the leading answer is right, P(right | features), and two thres
   strongest evidence there is; disagreeing, the next decision sees that);
 - else run the next prose voter (a program voter when no prose one is left); with none left, stop.
 
+A policy of format 2 may also name its `opening` (the voter a run opens with, decided before any reply: a prose or
+a program one; format 1 runs the team's first written voter) and `agree`, a floor it stops at whatever the
+probability: the leading answer has that many votes (the agree-k rule, e.g. esc's 2, as one learned choice).
+
 A policy is a small JSON file, one per answer kind, shipped in `policies/` (`packaged_policy`; the template
 writes `stop: {learned: number}`), learned from the sample bank by `lemon.train.stop_learning` (a cost-sensitive
 classifier: the logistic model is fit on every moment of the training items' draws, the thresholds chosen for
@@ -33,9 +37,16 @@ from lemon.errors import ConfigError
 from lemon.files import read_regular
 
 Action = Literal["stop", "prose", "verify"]
+#: The voter a run opens with: a prose one or a program one (where the team has one).
+Opening = Literal["prose", "program"]
+OPENINGS: tuple[Opening, ...] = ("prose", "program")
 ACTIONS: tuple[Action, ...] = ("stop", "prose", "verify")
 MAX_POLICY_BYTES = 64 * 1024
 POLICIES = Path(__file__).with_name("policies")
+#: Policies on trial: packaged and runnable by name, but not offered to the orchestrator's grammar (which lists
+#: `POLICIES`' own files) until judged; offering one is moving its file up.
+TRIAL = POLICIES / "trial"
+FORMATS = ("lemon-stop-policy/1", "lemon-stop-policy/2")
 #: A policy's name: what `stop: {learned: NAME}` writes, and its file `policies/NAME.json`.
 POLICY_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 #: Voters a policy's features are scaled by (a vote team of the bank has 5 of each kind).
@@ -76,6 +87,10 @@ class Moment:
         top = max(counts.values())
         return next(r.answer for r in self.replies if r.answer is not None and counts[r.answer] == top)
 
+    def leader_votes(self) -> int:
+        """How many replies give the leading answer (0 with none): what an agree-k rule reads."""
+        return max(Counter(r.answer for r in self.replies if r.answer is not None).values(), default=0)
+
 
 def features(m: Moment) -> list[float]:
     """The moment as FEATURES, each scaled to about [-1, 1]."""
@@ -103,12 +118,15 @@ def features(m: Moment) -> list[float]:
 
 @dataclass(frozen=True, slots=True)
 class StopPolicy:
-    """A learned stop rule: logistic weights over FEATURES and the two thresholds (see the module)."""
+    """A learned stop rule: logistic weights over FEATURES, the two thresholds, and (format 2) its opening voter and
+    agreement floor (see the module). `opening` None: the team's first written voter (format 1)."""
 
     name: str
     weights: tuple[float, ...]
     stop_at: float
     verify_at: float
+    opening: Opening | None = None
+    agree: int | None = None
 
     def probability(self, m: Moment) -> float:
         """P(the leading answer is right | the moment)."""
@@ -125,21 +143,28 @@ class StopPolicy:
         unsure but not hopeless and a program voter is left (or only program voters are), else a prose voter."""
         if (not m.prose_left and not m.programs_left) or p >= self.stop_at:
             return "stop"
+        if self.agree is not None and m.leader_votes() >= self.agree:
+            return "stop"
         if m.programs_left and (p >= self.verify_at or not m.prose_left):
             return "verify"
         return "prose"
 
     def to_json(self) -> dict[str, object]:
-        return {"format": "lemon-stop-policy/1", "name": self.name, "features": list(FEATURES),
-                "weights": [round(w, 6) for w in self.weights], "stop_at": self.stop_at,
-                "verify_at": self.verify_at}
+        """Format 1 where the policy has neither an opening nor a floor (so format-1 files rebuild byte for byte),
+        else format 2."""
+        data: dict[str, object] = {"format": FORMATS[0], "name": self.name, "features": list(FEATURES),
+                                   "weights": [round(w, 6) for w in self.weights], "stop_at": self.stop_at,
+                                   "verify_at": self.verify_at}
+        if self.opening is None and self.agree is None:
+            return data
+        return data | {"format": FORMATS[1], "opening": self.opening, "agree": self.agree}
 
 
 def policy_from_json(data: object, where: str) -> StopPolicy:
     """A policy from its JSON form; a `ConfigError` naming `where` and the fault for anything else."""
-    if not isinstance(data, dict) or data.get("format") != "lemon-stop-policy/1":
+    if not isinstance(data, dict) or data.get("format") not in FORMATS:
         raise ConfigError(f"{where}: not a LEMON stop policy (expected a JSON object with format "
-                          "'lemon-stop-policy/1'); rebuild it with experiments/learn_stop_rule.py")
+                          f"{' or '.join(map(repr, FORMATS))}); rebuild it with experiments/learn_stop_rule.py")
     if data.get("features") != list(FEATURES):
         raise ConfigError(f"{where}: its features are not this version's ({len(FEATURES)} named in "
                           "lemon.runtime.learned_stop.FEATURES); rebuild it with experiments/learn_stop_rule.py")
@@ -152,7 +177,25 @@ def policy_from_json(data: object, where: str) -> StopPolicy:
         raise ConfigError(f"{where}: stop_at and verify_at must be probabilities with verify_at <= stop_at")
     if not isinstance(name, str) or not POLICY_NAME.match(name):
         raise ConfigError(f"{where}: name must be 1 to 40 lower-case letters, digits, - or _, starting with a letter")
-    return StopPolicy(name, tuple(float(w) for w in weights), float(stop_at), float(verify_at))  # type: ignore
+    opening, agree = _second_format(data, where)
+    return StopPolicy(name, tuple(float(w) for w in weights), float(stop_at), float(verify_at),  # type: ignore
+                      opening, agree)
+
+
+def _second_format(data: dict[str, object], where: str) -> tuple[Opening | None, int | None]:
+    """Format 2's opening and agreement floor (format 1 has neither; a format-1 file naming them is refused, so a
+    field is never silently ignored)."""
+    if data["format"] == FORMATS[0]:
+        if "opening" in data or "agree" in data:
+            raise ConfigError(f"{where}: 'opening' and 'agree' are format 2's; write format "
+                              f"'{FORMATS[1]}' or drop them")
+        return None, None
+    opening, agree = data.get("opening"), data.get("agree")
+    if opening not in OPENINGS:
+        raise ConfigError(f"{where}: opening must be one of {', '.join(OPENINGS)}")
+    if agree is not None and (not isinstance(agree, int) or isinstance(agree, bool) or not 2 <= agree <= 10):
+        raise ConfigError(f"{where}: agree must be null or a whole number of votes from 2 to 10")
+    return opening, agree
 
 
 def _finite(value: object) -> bool:
@@ -170,8 +213,19 @@ def load_policy(path: Path) -> StopPolicy:
 
 
 def policy_names() -> list[str]:
-    """The packaged policies' names."""
+    """The packaged policies offered to the orchestrator (the grammar lists these; trial ones are not)."""
     return sorted(p.stem for p in POLICIES.glob("*.json"))
+
+
+def trial_names() -> list[str]:
+    """The packaged policies on trial: runnable by name (`stop: {learned: NAME}`), not offered until judged."""
+    return sorted(p.stem for p in TRIAL.glob("*.json"))
+
+
+def _policy_file(name: str) -> Path | None:
+    if not POLICY_NAME.match(name):
+        return None
+    return next((f for f in (POLICIES / f"{name}.json", TRIAL / f"{name}.json") if f.is_file()), None)
 
 
 def answer_kind_of(name: str) -> str:
@@ -181,10 +235,11 @@ def answer_kind_of(name: str) -> str:
 
 def packaged_policy(name: str) -> StopPolicy:
     """The packaged policy `name` (`stop: {learned: NAME}`); a `ConfigError` names the ones there are."""
-    if not POLICY_NAME.match(name) or not (POLICIES / f"{name}.json").is_file():
-        raise ConfigError(f"no learned stop policy {name!r}; the packaged ones are: {', '.join(policy_names())}")
-    policy = load_policy(POLICIES / f"{name}.json")
+    if (path := _policy_file(name)) is None:
+        trial = f" (on trial: {', '.join(trial_names())})" if trial_names() else ""
+        raise ConfigError(f"no learned stop policy {name!r}; the packaged ones are: {', '.join(policy_names())}"
+                          f"{trial}")
+    policy = load_policy(path)
     if policy.name != name:
-        raise ConfigError(f"{POLICIES / f'{name}.json'}: names itself {policy.name!r}; rebuild it with "
-                          "experiments/learn_stop_rule.py")
+        raise ConfigError(f"{path}: names itself {policy.name!r}; rebuild it with experiments/learn_stop_rule.py")
     return policy
