@@ -110,3 +110,57 @@ def test_the_stop_family_offers_policies_of_the_same_answer_kind(monkeypatch: py
     assert learned.Learned().variants("number", 5) == ["number-cheap", None]
     assert learned.Learned().variants("number-cheap", 5) == ["number", None]
     assert learned.Learned().variants("choice", 5) == [None]
+
+
+def _trial_policy(folder, name: str, opening: str, agree: int | None) -> None:
+    """A format-2 policy in a stand-in trial folder: P(leader right) 0.5 everywhere (zero weights), so only its
+    opening, its floor and its thresholds decide."""
+    from lemon.spec.stops.policy import FEATURES, StopPolicy
+
+    folder.mkdir(exist_ok=True)
+    policy = StopPolicy(name, tuple(0.0 for _ in FEATURES), 0.9, 0.4, opening, agree)  # type: ignore[arg-type]
+    (folder / f"{name}.json").write_text(__import__("json").dumps(policy.to_json()))
+
+
+async def test_a_trial_policy_opens_as_it_says_and_stops_at_its_floor(tmp_path, monkeypatch) -> None:
+    """A format-2 policy decides its opening voter (recorded, before any reply) and stops once the leader has
+    `agree` votes; runnable by name, it is not offered to the grammar (which lists the offered policies only)."""
+    import lemon.spec.stops.policy as policy_module
+    from lemon.spec.grammar import _candidates
+    from lemon.spec.stops.learned import Learned
+
+    monkeypatch.setattr(policy_module, "TRIAL", tmp_path / "trial")
+    _trial_policy(tmp_path / "trial", "number-budget", "program", 2)
+    spec, backend = team(["9", "9", "9"], ["7", "8", "7"])
+    spec = spec.model_copy(update={"agents": (*spec.agents[:-1], spec.agents[-1].model_copy(
+        update={"stop": StopRule(learned="number-budget")}))})
+    result = await Executor(scripted_pool(backend), ROLES).run(spec, TASK, vote_key=number_key)
+    (stop,) = [e for e in result.trace.events if e["type"] == "stop" and e.get("reason") == "stop_rule"]
+    # opens with a program voter; p = 0.5 lies between verify_at and stop_at, so it verifies with programs until
+    # two agree: p0 (7), p1 (8), p2 (7), then the floor stops it; no prose voter is ever called
+    assert stop["ran"] == ["p0", "p1", "p2"] and len(backend.calls) == 3
+    assert stop["decisions"][0] == {"after": [], "action": "open with program", "next": "p0"}
+    assert [d["action"] for d in stop["decisions"][1:]] == ["verify", "verify", "stop"]
+    assert number_key(result.answer or "") == "7"
+    assert "before any reply: open with program -> p0" in stop_rule_line(stop)
+    assert "number-budget" not in policy_names() and "number-budget" not in _candidates(Learned(), {"type": "string"})
+    text = render_spec(spec).text
+    assert load_spec(text, ROLES, LEVELS) == spec  # validated by name like a packaged policy
+
+
+async def test_a_format_1_policy_keeps_the_written_opening_and_records_no_opening_decision() -> None:
+    spec, backend = team(["7", "7", "7"], ["7", "7"])
+    result = await Executor(scripted_pool(backend), ROLES).run(spec, TASK, vote_key=number_key)
+    (stop,) = [e for e in result.trace.events if e["type"] == "stop" and e.get("reason") == "stop_rule"]
+    assert stop["ran"][0] == "c0" and all(d["after"] for d in stop["decisions"])
+
+
+def test_the_packaged_trial_policies_load_and_are_not_offered() -> None:
+    """The committed trial files (experiments/learn_stop_budget.py) are valid format-2 policies of their kinds,
+    runnable by name and absent from the grammar's list (the trained cards' keys hold that list)."""
+    from lemon.spec.stops.policy import trial_names
+
+    assert trial_names() == ["choice-budget", "number-budget"]
+    for name in trial_names():
+        policy = packaged_policy(name)
+        assert policy.opening is not None and name not in policy_names()
