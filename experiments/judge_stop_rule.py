@@ -15,6 +15,19 @@ policy stops: the policy runs the next prose voter or verifies with the next pro
 real Executor over an offline pool, as `lemon eval` would run it, and its worker tokens are what it pays. A kind
 without a packaged policy has no learned pairs (INCOMPLETE, the policy named).
 
+THE SECOND RULE JUDGED (registered 2026-11-29 by an amendment, before the test banks were complete; see "what was
+seen" below): the trial policies as committed, `stop: {learned: number-budget}` on GSM8K and SVAMP and
+`stop: {learned: choice-budget}` on AQuA and MMLU (src/lemon/spec/stops/policies/trial/, format 2: each names
+its opening voter and an agreement floor), on the same team in the same written order, run on the Executor the
+same way. They were fit by experiments/learn_stop_budget.py on the judged benchmarks' training splits only
+(GSM8K, SVAMP `train`, AQuA, MMLU `dev`, the bank's first 40 items x seed 0), for the most accuracy at 38 % of
+the 5-vote's tokens pooled as the verdicts pool them (600 number pairs, 240 choice pairs). Every verdict below
+is computed for each rule on the same counted pairs (the pairs both rules and every named baseline answered);
+with two rules judged, each (b) test is at p < 0.025 (Bonferroni; the amendment halved the first rule's level
+too), and the issue's acceptance holds if either rule passes (a) and (b). What was seen of `test` items before
+the amendment: no draw was read by any design script; the bank's progress bar printed the 5-vote's running
+accuracy on SVAMP `test` items 1-43 (seed 0) in an earlier session's log.
+
 ITS CURVE: policies fit in memory on the TRAIN banks (every pair the bank holds of `learn_stop_rule.TRAIN_SPLITS`
 of the kind: GSM8K, SVAMP, MultiArith `train` for numbers; AQuA and MMLU `dev` for choices) by
 `stop_learning.learn_policy` over 8 draw orders, at each price of PRICES (0.01, 0.02, 0.05, 0.1, 0.2 accuracy per
@@ -40,7 +53,7 @@ VERDICTS, all over the same counted pairs, pooled (means over the pairs):
 (b) For esc, and separately the gate: the most accurate point of its curve (ties: the cheaper) whose mean tokens
     are <= the learned rule's mean tokens x 1.05; if none, its cheapest point, flagged. Exact McNemar over the
     pairs (wins: learned right and the point wrong; losses: the reverse): PASS iff p < 0.05 AND wins > losses.
-    (b) passes iff both esc and the gate pass.
+    (b) passes iff both esc and the gate pass. (p < 0.025 since the amendment: two rules are judged.)
 
 `--split train` is the design check on training items (GSM8K, SVAMP, MultiArith `train` 1-20 and AQuA, MMLU `dev`
 1-20, seed 0: 100 pairs); there the sweep is fit on the items it is run on (in-sample), and the verdicts mean
@@ -80,7 +93,7 @@ from lemon.paths import lemon_home
 from lemon.runtime import Executor
 from lemon.spec.model import Agent, Spec, StopRule
 from lemon.spec.roles import RoleLibrary
-from lemon.spec.stops.policy import policy_names
+from lemon.spec.stops.policy import policy_names, trial_names
 from lemon.train.stop_learning import Draw, ItemDraws, Objective, evaluate, learn_policy
 
 log = logging.getLogger("judge_stop_rule")
@@ -97,6 +110,10 @@ ESC = "esc (agree k of 5)"
 GATE = "gate (logprob >= t, agree 2)"
 LEARNED = "learned (packaged policy, run)"
 SWEEP = "learned (fit on train at a price, replayed)"
+TRIAL_RULE = "learned, budget (trial policy, run)"
+TRIAL_SUFFIX = "budget"
+#: Two rules are judged: each (b) test at half the level (Bonferroni), so either passing means what one would.
+RULES_JUDGED = 2
 #: Generations carry their log-probability from this commit on; the bank as committed before it is older draws.
 RECORDER = "f515b98"
 MAX_BANK_BYTES = 64 << 20
@@ -125,14 +142,15 @@ DESIGNS = {
 }
 
 
-def learned_team(kind: str, level: str) -> Spec:
+def learned_team(kind: str, level: str, policy: str | None = None) -> Spec:
     """The judged team: sc-cot's five prose voters, sc-pot's five program voters where the kind has them, in that
-    written order, and a vote the packaged policy `kind` stops (`stop: {learned: KIND}`)."""
+    written order, and a vote the packaged policy `policy` (by default the kind's own) stops
+    (`stop: {learned: NAME}`)."""
     voters = baseline_spec("sc-cot", kind, level=level, n=5).agents[:-1]
     if supports("sc-pot", kind):
         voters += baseline_spec("sc-pot", kind, level=level, n=5).agents[:-1]
     vote = Agent(name="vote", role="majority_vote", capacity=level, depends_on=tuple(a.name for a in voters),
-                 stop=StopRule(learned=kind))
+                 stop=StopRule(learned=policy or kind))
     return Spec(agents=(*voters, vote), output="vote")
 
 
@@ -140,6 +158,13 @@ def learned_rule() -> Rule:
     """The packaged policies as a rule of the curves, on the kinds that have one."""
     kinds = tuple(k for k in ("number", "choice") if k in policy_names())
     return Rule(LEARNED, "as committed", learned_team, kinds=kinds)
+
+
+def trial_rule() -> Rule:
+    """The second rule judged: the trial policies `KIND-budget` (format 2), on the kinds that have one."""
+    kinds = tuple(k for k in ("number", "choice") if f"{k}-{TRIAL_SUFFIX}" in trial_names())
+    return Rule(TRIAL_RULE, "as committed", lambda kind, level: learned_team(kind, level, f"{kind}-{TRIAL_SUFFIX}"),
+                kinds=kinds)
 
 
 # ---- the verdicts -------------------------------------------------------------------------------------
@@ -166,16 +191,21 @@ def _ahead(name: str, points: list[tuple[str, Curve]], learned: Curve) -> Verdic
     wins = sum(learned.correct[k] and not point.correct[k] for k in keys)
     losses = sum(point.correct[k] and not learned.correct[k] for k in keys)
     p = mcnemar_exact(wins, losses)
-    outcome = "PASS" if p < ALPHA and wins > losses else "FAIL"
+    outcome = "PASS" if p < ALPHA / RULES_JUDGED and wins > losses else "FAIL"
     return Verdict(f"(b) ahead of {name} at equal tokens", outcome,
                    f"learned {learned.accuracy():.1f} % at {learned.mean_tokens():.0f} tokens against {name} "
                    f"{threshold} {point.accuracy():.1f} % at {point.mean_tokens():.0f}{flag}; {wins} wins / "
                    f"{losses} losses of {len(keys)} pairs, p = {p:.2g}")
 
 
-def verdicts(fams: dict[str, list[tuple[str, Curve]]], learned: Curve, required: int) -> list[Verdict]:
-    """The registered verdicts over `learned`'s pairs (every curve restricted to the same pairs): INCOMPLETE below
-    `required` pairs."""
+def verdicts(fams: dict[str, list[tuple[str, Curve]]], learned: Curve, required: int,
+             who: str = LEARNED) -> list[Verdict]:
+    """The registered verdicts of the rule `who` over `learned`'s pairs (every curve restricted to the same pairs):
+    INCOMPLETE below `required` pairs."""
+    return [Verdict(f"{who}: {v.name}", v.outcome, v.detail) for v in _verdicts(fams, learned, required)]
+
+
+def _verdicts(fams: dict[str, list[tuple[str, Curve]]], learned: Curve, required: int) -> list[Verdict]:
     pairs = len(learned.correct)
     if pairs < required:
         why = f"{pairs} of {required} pairs counted"
@@ -234,15 +264,17 @@ def sweep(train: list[ItemDraws], test: list[ItemDraws]) -> list[tuple[str, Curv
     return points
 
 
-def packaged_agreement(test: list[ItemDraws], run: Curve) -> tuple[int, int]:
-    """On how many pairs the pure replay of the packaged policy gives the Executor's answer and tokens."""
+def packaged_agreement(test: list[ItemDraws], run: Curve, suffix: str = "") -> tuple[int, int]:
+    """On how many pairs the pure replay of the packaged policy (`KIND` + `suffix`) gives the Executor's answer
+    and tokens."""
     from lemon.spec.stops.policy import packaged_policy
 
     agree = total = 0
-    for kind in sorted({d.task_kind for d in test} & set(policy_names())):
-        policy = packaged_policy(kind)
+    for kind in sorted({d.task_kind for d in test} & {n.removesuffix(suffix) for n in (*policy_names(),
+                                                                                      *trial_names())}):
+        policy = packaged_policy(kind + suffix)
         judged = [d for d in test if d.task_kind == kind and draw_key(d) in run.correct]
-        pure = replayed(evaluate(lambda m, p=policy: p.decide(m)[0], judged, 1), judged)
+        pure = replayed(evaluate(lambda m, p=policy: p.decide(m)[0], judged, 1, policy.opening or "prose"), judged)
         total += len(pure.correct)
         agree += sum(pure.correct[k] == run.correct[k] and pure.tokens[k] == run.tokens[k] for k in pure.correct)
     return agree, total
@@ -317,9 +349,11 @@ class Judged:
 
     fams: dict[str, list[tuple[str, Curve]]]
     learned: Curve
+    trial: Curve
     counted: set[Key]
     sources: Counter[str]
     agreement: tuple[int, int]
+    trial_agreement: tuple[int, int]
     fit_on: Counter[str]  # train pairs the sweep's policies were fit on, per answer kind
 
 
@@ -327,7 +361,7 @@ async def run_curves(store: ResultsStore, design: Design, pool: str) -> dict[str
     """Every fixed rule's sweep and the packaged learned rule on the design's banked pairs, through the
     Executor offline; a rule the bank cannot answer on a pair leaves the pair out of its curve."""
     curves: dict[str, Curve] = {}
-    chosen = [*rules(), learned_rule()]
+    chosen = [*rules(), learned_rule(), trial_rule()]
     for bench, (split, limit) in design.items.items():
         args = argparse.Namespace(split=split, limit=limit, seeds=design.seeds, level=LEVEL, pool=pool)
         try:
@@ -349,10 +383,10 @@ async def draws_of(store: ResultsStore, splits: list[str], limits: dict[str, int
     return out
 
 
-def counted_pairs(fams: dict[str, list[tuple[str, Curve]]], learned: Curve) -> set[Key]:
-    """The pairs every rule the verdicts name answered: the learned rule, the 5-vote, each esc and gate point."""
+def counted_pairs(fams: dict[str, list[tuple[str, Curve]]], *learned: Curve) -> set[Key]:
+    """The pairs every rule the verdicts name answered: the learned rules, the 5-vote, each esc and gate point."""
     five = dict(fams.get(COT_SC, [])).get(FIVE_VOTE, Curve())
-    named = [learned, five, *(c for family in (ESC, GATE) for _, c in fams.get(family, []))]
+    named = [*learned, five, *(c for family in (ESC, GATE) for _, c in fams.get(family, []))]
     return set.intersection(*(set(c.correct) for c in named))
 
 
@@ -367,21 +401,24 @@ async def _bank(store: ResultsStore, design: Design, pool: str) -> tuple[dict[st
 def judge(store: ResultsStore, design: Design, pool: str, before: set[str]) -> Judged:
     """Run everything on the design's pairs; every curve restricted to the pairs counted (`counted_pairs`)."""
     curves, test, train = asyncio.run(_bank(store, design, pool))
-    rule = learned_rule()
-    fams = families([*rules(), rule], curves)
+    rule, second = learned_rule(), trial_rule()
+    fams = families([*rules(), rule, second], curves)
     learned = dict(fams.pop(LEARNED, [])).get(rule.threshold, Curve())
+    trial = dict(fams.pop(TRIAL_RULE, [])).get(second.threshold, Curve())
     fams[SWEEP] = sweep(train, test)
-    counted = counted_pairs(fams, learned)
+    counted = counted_pairs(fams, learned, *([trial] if second.kinds else []))  # no trial file: the first alone
     fams = {f: [(t, c.only(counted)) for t, c in points] for f, points in fams.items()}
     test = [d for d in test if draw_key(d) in counted]
-    return Judged(fams, learned.only(counted), counted, sources(store, design, test, pool, before),
-                  packaged_agreement(test, learned), Counter(d.task_kind for d in train))
+    return Judged(fams, learned.only(counted), trial.only(counted), counted,
+                  sources(store, design, test, pool, before), packaged_agreement(test, learned),
+                  packaged_agreement(test, trial, f"-{TRIAL_SUFFIX}"), Counter(d.task_kind for d in train))
 
 
 def report(judged: Judged, design: Design, split: str, show: bool) -> list[str]:
     """The verdict lines, the pairs counted against the design's; the curves and the checks only when complete or
     `show`."""
-    found = verdicts(judged.fams, judged.learned, design.required)
+    found = [*verdicts(judged.fams, judged.learned, design.required),
+             *verdicts(judged.fams, judged.trial, design.required, TRIAL_RULE)]
     complete = found[0].outcome != "INCOMPLETE"
     lines = [f"## The learned stop rule judged on `{split}` (experiments/judge_stop_rule.py, registered design)", "",
              f"Pairs counted: {len(judged.counted)} of {design.required} "
@@ -392,16 +429,18 @@ def report(judged: Judged, design: Design, split: str, show: bool) -> list[str]:
     bench = list(design.items)
     fams = {f: [(t, c) for t, c in points if c.correct] for f, points in judged.fams.items()}
     fams = {LEARNED: [("as committed", judged.learned)], **fams} if judged.learned.correct else fams
+    fams = {TRIAL_RULE: [("as committed", judged.trial)], **fams} if judged.trial.correct else fams
     lines += ["", "### Every rule's points, pooled", "", *points_table(fams, bench)]
     for b in bench:
         mine = {f: [(t, c.only({k for k in c.correct if k[0] == b})) for t, c in points] for f, points in fams.items()}
         mine = {f: [(t, c) for t, c in points if c.correct] for f, points in mine.items()}
         if any(mine.values()):
             lines += ["", f"### {b}", "", *points_table({f: p for f, p in mine.items() if p}, [b])]
-    agree, total = judged.agreement
+    (agree, total), (agree2, total2) = judged.agreement, judged.trial_agreement
     src = judged.sources
     lines += ["", f"The packaged policy replayed purely (written order) gives the Executor's answer and tokens on "
-              f"{agree} of {total} pairs (the sweep's points are replayed so; its policies were fit on "
+              f"{agree} of {total} pairs, the trial policy (its own opening) on {agree2} of {total2} (the sweep's "
+              "points are replayed so; its policies were fit on "
               + ", ".join(f"{n} {kind}" for kind, n in sorted(judged.fit_on.items())) + " train pairs).",
               "Log-probabilities of the counted pairs' banked replies (no tokens counted for any): " + ", ".join(
                   f"{m} {src[f'{m} generation']} from the generation, {src[f'{m} teacher-forced']} only a banked "
