@@ -72,7 +72,7 @@ def points(kind: str, items: list[ItemDraws]) -> list[Point]:
     openings: list[Opening] = ["prose", "program"] if any(d.programs for d in items) else ["prose"]
     out = []
     for opening in openings:
-        weights = learn_weights(items, ORDERS, opening=opening)
+        weights = learn_weights(items, ORDERS, opening=opening, program_logprobs=False)
         for agree in FLOORS:
             for policy, outcomes in frontier(f"{kind}-{SUFFIX}", weights, items, ORDERS, lowest_stop_at=0.30,
                                              opening=opening, agree=agree):

@@ -194,7 +194,8 @@ def test_a_pooled_budget_pays_only_when_learning_is_switched_on() -> None:
         out: dict[str, list[Point]] = {}
         for kind, items in banks.items():
             opening = "program" if items[0].programs else "prose"
-            weights = learn_weights(items, 2, opening=opening) if learned else tuple(0.0 for _ in FEATURES)
+            off = tuple(0.0 for _ in FEATURES)
+            weights = learn_weights(items, 2, opening=opening, program_logprobs=False) if learned else off
             out[kind] = [Point(p, _mean(o, "right"), _mean(o, "tokens")) for p, o in
                          frontier(kind, weights, items, 2, lowest_stop_at=0.3, opening=opening, agree=2)]
         return out
@@ -211,3 +212,26 @@ def test_a_pooled_budget_pays_only_when_learning_is_switched_on() -> None:
                         sum(_mean(o, "tokens") for o in outcomes.values()) / 2))
     (on_right, on_tokens), (off_right, _) = results
     assert on_right > off_right + 0.05 and on_tokens <= 1.15 * cap
+
+
+def test_a_format_2_policy_reads_prose_log_probabilities_only() -> None:
+    """Its training banks hold program replies without a log-probability, so on new draws (which carry one) it
+    must see what it was fit on: a program reply's log-probability changes nothing for format 2, and does for 1."""
+    weights = tuple(1.0 if f in ("leader_mean_logprob", "logprob_known") else 0.0 for f in FEATURES)
+    known, unknown = (Moment((Reply(True, "7", lp, 50, False),), 5, 4, 100) for lp in (-5.0, None))
+    two = StopPolicy("t", weights, 0.9, 0.5, "program", 2)
+    one = StopPolicy("t", weights, 0.9, 0.5)
+    assert two.probability(known) == two.probability(unknown)
+    assert one.probability(known) != one.probability(unknown)
+    prose = Moment((Reply(False, "7", -5.0, 50, False),), 4, 5, 100)
+    assert two.probability(prose) == one.probability(prose)  # a prose reply's is read by both
+
+
+def test_every_grid_point_is_what_its_policy_does_when_run() -> None:
+    """`frontier`'s outcomes are those of the policies it yields (decided as at run time), in both formats, on
+    draws whose program replies carry a log-probability (which format 2 does not read)."""
+    items = _two_kind_bank(12, 11)
+    weights = tuple(0.5 if f in ("leader_mean_logprob", "logprob_known", "agree_2") else 0.0 for f in FEATURES)
+    for opening in (None, "program"):
+        for policy, outcomes in list(frontier("t", weights, items, 2, lowest_stop_at=0.3, opening=opening))[::7]:
+            assert evaluate(lambda m, p=policy: p.decide(m)[0], items, 2, opening or "prose") == outcomes

@@ -25,7 +25,16 @@ from itertools import product
 
 import numpy as np
 
-from lemon.spec.stops.policy import FEATURES, Action, Moment, Opening, Reply, StopPolicy, features
+from lemon.spec.stops.policy import (
+    FEATURES,
+    Action,
+    Moment,
+    Opening,
+    Reply,
+    StopPolicy,
+    features,
+    prose_logprobs_only,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +122,12 @@ def evaluate(decide: object, items: Sequence[ItemDraws], orders: int,
 
 
 def training_moments(items: Sequence[ItemDraws], orders: int, paths: int = 4, seed: int = 0,
-                     opening: Opening = "prose") -> Iterator[tuple[list[float], bool, float]]:
+                     opening: Opening = "prose",
+                     program_logprobs: bool = True) -> Iterator[tuple[list[float], bool, float]]:
     """(features, leader right, weight) for every moment along `paths` random interleavings of prose and
     program voters in each of `orders` draw orders, each opened as `opening` says; each item weighs 1 in all
-    (so long items don't dominate)."""
+    (so long items don't dominate). Without `program_logprobs`, as a format-2 policy sees a moment."""
+    seen = (lambda m: m) if program_logprobs else prose_logprobs_only
     rng = random.Random(seed)
     for item in items:
         rows: list[tuple[list[float], bool]] = []
@@ -128,7 +139,7 @@ def training_moments(items: Sequence[ItemDraws], orders: int, paths: int = 4, se
                 ran = [_open(prose, programs, opening)]
                 while True:
                     m = moment(item, ran, len(prose), len(programs))
-                    rows.append((features(m), m.leader() in right))
+                    rows.append((features(seen(m)), m.leader() in right))
                     if not (prose or programs):
                         break
                     use_program = bool(programs) and (not prose or rng.random() < 0.5)
@@ -155,9 +166,10 @@ def fit_probability(x: np.ndarray, y: np.ndarray, w: np.ndarray, l2: float = 1e-
     return beta
 
 
-def learn_weights(items: Sequence[ItemDraws], orders: int, l2: float = 1e-3,
-                  opening: Opening = "prose") -> tuple[float, ...]:
-    rows = list(training_moments(items, orders, opening=opening))
+def learn_weights(items: Sequence[ItemDraws], orders: int, l2: float = 1e-3, opening: Opening = "prose",
+                  program_logprobs: bool = True) -> tuple[float, ...]:
+    """P(leader right | moment)'s weights; `program_logprobs` False for a format-2 policy (see `training_moments`)."""
+    rows = list(training_moments(items, orders, opening=opening, program_logprobs=program_logprobs))
     x = np.array([r[0] for r in rows], dtype=np.float64)
     y = np.array([float(r[1]) for r in rows])
     w = np.array([r[2] for r in rows])
@@ -208,7 +220,7 @@ def frontier(name: str, weights: tuple[float, ...], items: Sequence[ItemDraws], 
     when None), stop_at from `lowest_stop_at` to 0.99 by 0.02, and 1.0 where a floor `agree` stops the run;
     never verifying is one of the choices (verify_at = stop_at)."""
     known: dict[Moment, float] = {}  # P(leader right) of each moment met: the weights are fixed over the grid
-    scorer = StopPolicy(name, weights, 1.0, 1.0)
+    scorer = StopPolicy(name, weights, 1.0, 1.0, opening, agree)  # its format: what it reads of a moment
 
     def probability(m: Moment) -> float:
         if m not in known:
@@ -242,7 +254,7 @@ def learn_policy(name: str, items: Sequence[ItemDraws], *, orders: int = 8, obje
     """Fit P(leader right | moment) on `items` (runs opened as `opening` says: prose when None, the format-1
     policy that runs the team's first written voter), then the thresholds for `objective` (by default a price of
     0.05 accuracy per 1,000 tokens: 5 points for 1,000 tokens), with the agreement floor `agree` if given."""
-    weights = learn_weights(items, orders, l2, opening or "prose")
+    weights = learn_weights(items, orders, l2, opening or "prose", program_logprobs=opening is None)
     return choose_thresholds(name, weights, items, orders, objective, opening, agree)
 
 

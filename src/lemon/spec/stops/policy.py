@@ -13,7 +13,10 @@ probability that the leading answer is right, P(right | features), and two thres
 
 A policy of format 2 may also name its `opening` (the voter a run opens with, decided before any reply: a prose or
 a program one; format 1 runs the team's first written voter) and `agree`, a floor it stops at whatever the
-probability: the leading answer has that many votes (the agree-k rule, e.g. esc's 2, as one learned choice).
+probability: the leading answer has that many votes (the agree-k rule, e.g. esc's 2, as one learned choice). It
+reads the log-probabilities of prose replies only (`prose_logprobs_only`): a program voter is judged by the answer
+its program printed, and the training banks hold program replies drawn before replies carried one, so a policy
+that read them would meet on new draws a signal it never saw.
 
 A policy is a small JSON file, one per answer kind, shipped in `policies/` (`packaged_policy`; the template
 writes `stop: {learned: number}`), learned from the sample bank by `lemon.train.stop_learning` (a cost-sensitive
@@ -29,7 +32,7 @@ import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -92,6 +95,14 @@ class Moment:
         return max(Counter(r.answer for r in self.replies if r.answer is not None).values(), default=0)
 
 
+def prose_logprobs_only(m: Moment) -> Moment:
+    """The moment as a format-2 policy sees it: program replies without their log-probability."""
+    if not any(r.program and r.logprob is not None for r in m.replies):
+        return m
+    replies = tuple(replace(r, logprob=None) if r.program else r for r in m.replies)
+    return replace(m, replies=replies)
+
+
 def features(m: Moment) -> list[float]:
     """The moment as FEATURES, each scaled to about [-1, 1]."""
     k = len(m.replies)
@@ -129,8 +140,9 @@ class StopPolicy:
     agree: int | None = None
 
     def probability(self, m: Moment) -> float:
-        """P(the leading answer is right | the moment)."""
-        z = sum(w * x for w, x in zip(self.weights, features(m), strict=True))
+        """P(the leading answer is right | the moment as this policy's format sees it)."""
+        seen = m if self.opening is None else prose_logprobs_only(m)
+        z = sum(w * x for w, x in zip(self.weights, features(seen), strict=True))
         return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
 
     def decide(self, m: Moment) -> tuple[Action, float]:
@@ -167,7 +179,7 @@ def policy_from_json(data: object, where: str) -> StopPolicy:
                           f"{' or '.join(map(repr, FORMATS))}); rebuild it with experiments/learn_stop_rule.py")
     if data.get("features") != list(FEATURES):
         raise ConfigError(f"{where}: its features are not this version's ({len(FEATURES)} named in "
-                          "lemon.runtime.learned_stop.FEATURES); rebuild it with experiments/learn_stop_rule.py")
+                          "lemon.spec.stops.policy.FEATURES); rebuild it with experiments/learn_stop_rule.py")
     weights, name = data.get("weights"), data.get("name")
     numbers = isinstance(weights, list) and all(_finite(w) and abs(w) <= 1e4 for w in weights)
     if not numbers or len(weights) != len(FEATURES):  # type: ignore[arg-type]
