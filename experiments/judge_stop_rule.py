@@ -20,13 +20,14 @@ seen" below): the trial policies as committed, `stop: {learned: number-budget}` 
 `stop: {learned: choice-budget}` on AQuA and MMLU (src/lemon/spec/stops/policies/trial/, format 2: each names
 its opening voter and an agreement floor), on the same team in the same written order, run on the Executor the
 same way. They were fit by experiments/learn_stop_budget.py on the judged benchmarks' training splits only
-(GSM8K, SVAMP `train`, AQuA, MMLU `dev`, the bank's first 40 items x seed 0), for the most accuracy at 38 % of
-the 5-vote's tokens pooled as the verdicts pool them (600 number pairs, 240 choice pairs). Every verdict below
-is computed for each rule on the same counted pairs (the pairs both rules and every named baseline answered);
-with two rules judged, each (b) test is at p < 0.025 (Bonferroni; the amendment halved the first rule's level
-too), and the issue's acceptance holds if either rule passes (a) and (b). What was seen of `test` items before
-the amendment: no draw was read by any design script; the bank's progress bar printed the 5-vote's running
-accuracy on SVAMP `test` items 1-43 (seed 0) in an earlier session's log.
+(GSM8K, SVAMP `train`, AQuA, MMLU `dev`, the bank's first 40 items x seed 0), for the most accuracy at 39 % of
+the 5-vote's tokens pooled as the verdicts pool them (600 number pairs, 240 choice pairs). The files judged are
+pinned by content (REGISTERED_TRIAL: each file's sha256 as registered); a trial file that differs gets VOID
+verdicts. Every verdict below is computed for each rule on the same counted pairs (the pairs both rules and every
+named baseline answered); with two rules judged, each (b) test is at p < 0.025 (Bonferroni; the amendment halved
+the first rule's level too), and the issue's acceptance holds if either rule passes (a) and (b). What was seen of
+`test` items before the amendment: no draw was read by any design script; the bank's progress bar printed the
+5-vote's running accuracy on SVAMP `test` items 1-43 (seed 0) in an earlier session's log.
 
 ITS CURVE: policies fit in memory on the TRAIN banks (every pair the bank holds of `learn_stop_rule.TRAIN_SPLITS`
 of the kind: GSM8K, SVAMP, MultiArith `train` for numbers; AQuA and MMLU `dev` for choices) by
@@ -69,6 +70,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gzip
+import hashlib
 import json
 import logging
 import subprocess
@@ -114,6 +116,12 @@ TRIAL_RULE = "learned, budget (trial policy, run)"
 TRIAL_SUFFIX = "budget"
 #: Two rules are judged: each (b) test at half the level (Bonferroni), so either passing means what one would.
 RULES_JUDGED = 2
+#: The trial files judged, by content (sha256 of each file's bytes), registered with the amendment: a trial file
+#: that differs is not the rule registered, and its verdicts say VOID instead of PASS or FAIL.
+REGISTERED_TRIAL = {
+    "choice-budget": "00917b0c395b90863d5d88118f1f336be313ac5576c5a445d3e67e71b2d3a3ea",
+    "number-budget": "000475e4f8efe935d9e2be2e3e1a7f63dfe785b820a29491561201f034d956d3",
+}
 #: Generations carry their log-probability from this commit on; the bank as committed before it is older draws.
 RECORDER = "f515b98"
 MAX_BANK_BYTES = 64 << 20
@@ -414,11 +422,29 @@ def judge(store: ResultsStore, design: Design, pool: str, before: set[str]) -> J
                   packaged_agreement(test, trial, f"-{TRIAL_SUFFIX}"), Counter(d.task_kind for d in train))
 
 
+def unregistered_trial_files() -> list[str]:
+    """The trial policies whose file is missing or not the registered one (empty: every one is)."""
+    from lemon.spec.stops.policy import TRIAL
+
+    def digest(name: str) -> str | None:
+        path = TRIAL / f"{name}.json"
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    return [name for name, registered in REGISTERED_TRIAL.items() if digest(name) != registered]
+
+
+def trial_verdicts(judged: Judged, required: int) -> list[Verdict]:
+    """The second rule's verdicts, VOID where a trial file is not the registered one."""
+    found = verdicts(judged.fams, judged.trial, required, TRIAL_RULE)
+    if changed := unregistered_trial_files():
+        why = f"{', '.join(changed)} not the file registered (REGISTERED_TRIAL)"
+        return [Verdict(v.name, "VOID", why) for v in found]
+    return found
+
+
 def report(judged: Judged, design: Design, split: str, show: bool) -> list[str]:
     """The verdict lines, the pairs counted against the design's; the curves and the checks only when complete or
     `show`."""
-    found = [*verdicts(judged.fams, judged.learned, design.required),
-             *verdicts(judged.fams, judged.trial, design.required, TRIAL_RULE)]
+    found = [*verdicts(judged.fams, judged.learned, design.required), *trial_verdicts(judged, design.required)]
     complete = found[0].outcome != "INCOMPLETE"
     lines = [f"## The learned stop rule judged on `{split}` (experiments/judge_stop_rule.py, registered design)", "",
              f"Pairs counted: {len(judged.counted)} of {design.required} "

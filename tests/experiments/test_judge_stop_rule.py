@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 from tests.experiments import load_script, scripted_bank
@@ -117,3 +118,16 @@ def test_the_script_judges_a_bank_and_withholds_partial_numbers(tmp_path: Path, 
     missing = subprocess.run([*args[:5], str(tmp_path / "none.sqlite"), *args[6:]], env=env, capture_output=True,
                              text=True, timeout=300, cwd=ROOT)
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no results store" in missing.stderr
+
+
+def test_a_trial_file_that_is_not_the_registered_one_voids_its_verdicts(monkeypatch) -> None:
+    """The second rule is pinned by its files' content: the committed files are the registered ones, and any
+    change (here: a registered digest that no longer matches) turns its verdicts VOID, never PASS or FAIL."""
+    weak = [("k=2", curve(55, 380))]
+    judged = judge.Judged(fams(weak, weak), curve(79, 400), curve(79, 400), set(), Counter(), (0, 0), (0, 0),
+                          Counter())
+    assert judge.unregistered_trial_files() == []
+    assert outcomes(judge.trial_verdicts(judged, N)) == ["PASS", "PASS", "PASS", "PASS"]
+    monkeypatch.setitem(judge.REGISTERED_TRIAL, "number-budget", "0" * 64)
+    void = judge.trial_verdicts(judged, N)
+    assert outcomes(void) == ["VOID"] * 4 and "number-budget not the file registered" in void[0].detail
