@@ -33,7 +33,7 @@ from learn_stop_rule import draws_from_json, fixed_rules
 
 from lemon.errors import LemonError, run_script
 from lemon.spec.stops.policy import features
-from lemon.train.stop_learning import Draw, ItemDraws, draw_orders, evaluate, fit_probability, moment
+from lemon.train.stop_learning import Draw, ItemDraws, draw_orders, evaluate, fit_probability, fold_split, moment
 
 log = logging.getLogger("fitted_q_stop")
 ORDERS, PATHS, ITERATIONS = 8, 4, 12
@@ -135,12 +135,10 @@ def outcomes(q: QController, items: Sequence[ItemDraws]) -> np.ndarray:
 
 
 def cross_validated(items: list[ItemDraws], price: float, folds: int = 5) -> np.ndarray:
-    by_item = sorted({d.key.split("@")[0] for d in items})
-    fold_of = {key: i % folds for i, key in enumerate(by_item)}
     parts = []
     for f in range(folds):
-        fit_on = [d for d in items if fold_of[d.key.split("@")[0]] != f]
-        parts.append(outcomes(fit_q(fit_on, price), [d for d in items if fold_of[d.key.split("@")[0]] == f]))
+        fit_on, held = fold_split(items, folds, f)
+        parts.append(outcomes(fit_q(fit_on, price), held))
     return np.concatenate(parts)
 
 

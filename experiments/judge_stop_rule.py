@@ -278,8 +278,8 @@ def packaged_agreement(test: list[ItemDraws], run: Curve, suffix: str = "") -> t
     from lemon.spec.stops.policy import packaged_policy
 
     agree = total = 0
-    for kind in sorted({d.task_kind for d in test} & {n.removesuffix(suffix) for n in (*policy_names(),
-                                                                                      *trial_names())}):
+    names = {*policy_names(), *trial_names()}
+    for kind in sorted(k for k in {d.task_kind for d in test} if k + suffix in names):
         policy = packaged_policy(kind + suffix)
         judged = [d for d in test if d.task_kind == kind and draw_key(d) in run.correct]
         pure = replayed(evaluate(lambda m, p=policy: p.decide(m)[0], judged, 1, policy.opening or "prose"), judged)

@@ -50,8 +50,17 @@ from lemon.errors import LemonError, run_script
 from lemon.evaluation.store import ResultsStore
 from lemon.files import write_output
 from lemon.paths import ensure_dir, lemon_home
-from lemon.spec.stops.policy import TRIAL, Opening
-from lemon.train.stop_learning import ItemDraws, Outcome, Point, allocate, evaluate, frontier, learn_weights
+from lemon.spec.stops.policy import TRIAL, Opening, StopPolicy
+from lemon.train.stop_learning import (
+    ItemDraws,
+    Outcome,
+    Point,
+    allocate,
+    evaluate,
+    fold_split,
+    frontier,
+    learn_weights,
+)
 
 log = logging.getLogger("learn_stop_budget")
 SPLITS = ("gsm8k:train", "svamp:train", "aqua:dev", "mmlu:dev")
@@ -99,24 +108,17 @@ def cross_validated(by_kind: dict[str, list[ItemDraws]], share: float, folds: in
     """Each pair's outcome under the policies fit without its fold (folds by item, every kind at once)."""
     out: dict[str, Outcome] = {}
     for f in range(folds):
-        fold = {k: _folds(items, folds) for k, items in by_kind.items()}
-        chosen = fit({k: [d for d in items if fold[k][d.key] != f] for k, items in by_kind.items()}, share)
-        for k, items in by_kind.items():
+        split = {k: fold_split(items, folds, f) for k, items in by_kind.items()}
+        chosen = fit({k: fit_on for k, (fit_on, _) in split.items()}, share)
+        for k, (_, held) in split.items():
             policy = chosen[k].policy
-            held = [d for d in items if fold[k][d.key] == f]
             out |= evaluate(lambda m, p=policy: p.decide(m)[0], held, ORDERS, policy.opening or "prose")
         log.info("fold %d: %s", f, "; ".join(f"{k} {_described(p.policy)}" for k, p in chosen.items()))
     return out
 
 
-def _folds(items: list[ItemDraws], folds: int) -> dict[str, int]:
-    ids = sorted({d.key.split("@")[0] for d in items})
-    return {d.key: ids.index(d.key.split("@")[0]) % folds for d in items}
-
-
-def _described(p: object) -> str:
-    return (f"open {p.opening}, agree {p.agree}, stop_at {p.stop_at:.2f}, "  # type: ignore[attr-defined]
-            f"verify_at {p.verify_at:.2f}")  # type: ignore[attr-defined]
+def _described(p: StopPolicy) -> str:
+    return f"open {p.opening}, agree {p.agree}, stop_at {p.stop_at:.2f}, verify_at {p.verify_at:.2f}"
 
 
 def table(by_kind: dict[str, list[ItemDraws]], learned: dict[str, Outcome]) -> list[str]:

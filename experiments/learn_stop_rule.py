@@ -49,7 +49,7 @@ from lemon.runtime import Executor
 from lemon.spec.model import StopRule
 from lemon.spec.roles import RoleLibrary
 from lemon.spec.stops.policy import POLICIES, Moment, Reply
-from lemon.train.stop_learning import Draw, ItemDraws, Objective, Opening, evaluate, learn_policy
+from lemon.train.stop_learning import Draw, ItemDraws, Objective, Opening, evaluate, fold_split, learn_policy
 
 log = logging.getLogger("learn_stop_rule")
 TRAIN_SPLITS = ("gsm8k:train", "svamp:train", "multiarith:train", "aqua:dev", "mmlu:dev")
@@ -196,12 +196,9 @@ def cross_validate(items: list[ItemDraws], folds: int, orders: int, price: float
     the seeds of one item stay together). The learned rule decides on `shown(item)` (e.g. its replies without
     their log-probabilities: a pool that cannot score them), fit on the items as banked: for `price`, or, with
     `budget`, for the most accuracy at that share of the 5-vote's tokens on the fold's training items."""
-    by_item = sorted({d.key.split("@")[0] for d in items})
-    fold_of = {item: i % folds for i, item in enumerate(by_item)}
     results: dict[str, dict[str, object]] = {name: {} for name in [*fixed_rules(), "learned"]}
     for f in range(folds):
-        train = [d for d in items if fold_of[d.key.split("@")[0]] != f]
-        test = [d for d in items if fold_of[d.key.split("@")[0]] == f]
+        train, test = fold_split(items, folds, f)
         objective = fit_objective(train, orders, price, budget)
         policy = learn_policy("cv", train, orders=orders, objective=objective, opening=written(opening))
         results["learned"] |= evaluate(lambda m, p=policy: p.decide(m)[0], [shown(d) for d in test], orders,

@@ -22,6 +22,7 @@ from lemon.train.stop_learning import (
     allocate,
     choose_thresholds,
     evaluate,
+    fold_split,
     frontier,
     learn_policy,
     learn_weights,
@@ -235,3 +236,12 @@ def test_every_grid_point_is_what_its_policy_does_when_run() -> None:
     for opening in (None, "program"):
         for policy, outcomes in list(frontier("t", weights, items, 2, lowest_stop_at=0.3, opening=opening))[::7]:
             assert evaluate(lambda m, p=policy: p.decide(m)[0], items, 2, opening or "prose") == outcomes
+
+
+def test_cross_validation_folds_keep_an_items_seeds_together_and_partition_the_pairs() -> None:
+    items = [ItemDraws(f"syn/{i}@{seed}", "number", 10, (), ()) for i in range(7) for seed in (0, 1)]
+    held = [fold_split(items, 3, f)[1] for f in range(3)]
+    assert sorted(d.key for part in held for d in part) == sorted(d.key for d in items)
+    for f, part in enumerate(held):
+        fit_on, _ = fold_split(items, 3, f)
+        assert {d.key.split("@")[0] for d in part}.isdisjoint(d.key.split("@")[0] for d in fit_on)

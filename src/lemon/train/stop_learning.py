@@ -84,6 +84,15 @@ def draw_orders(item: ItemDraws, n: int, seed: int = 0) -> Orders:
     return orders
 
 
+def fold_split(items: Sequence[ItemDraws], folds: int, fold: int) -> tuple[list[ItemDraws], list[ItemDraws]]:
+    """(fit on, held out) of cross-validation by item: the items, an item's seeds together, dealt over `folds` in
+    sorted order; `fold` is held out."""
+    ids = sorted({d.key.split("@")[0] for d in items})
+    fold_of = {item: i % folds for i, item in enumerate(ids)}
+    held = [fold_of[d.key.split("@")[0]] == fold for d in items]
+    return [d for d, h in zip(items, held, strict=True) if not h], [d for d, h in zip(items, held, strict=True) if h]
+
+
 def moment(item: ItemDraws, ran: Sequence[Draw], prose_left: int, programs_left: int) -> Moment:
     return Moment(tuple(d.reply for d in ran), prose_left, programs_left, item.task_chars)
 
