@@ -5,7 +5,8 @@
   references generated at build time hold every CLI command and every spec field.
 - The README opens with exactly two commands, and the second one is, character for character, what .ci/run runs.
 - The README is an entry page: at most 12 KiB, its sections in order, every relative link resolving.
-- The notebook: every day's file is linked from its index, and the results page links the index.
+- The notebook: every day's file is linked from its index, every entry's title listed there under its day,
+  and the results page links the index.
 """
 
 from __future__ import annotations
@@ -143,3 +144,14 @@ def test_every_notebook_day_is_linked() -> None:
     days = sorted(p.name for p in notebook.glob("????-??-??.md"))
     assert days and [d for d in days if f"]({d})" not in index] == []
     assert "](notebook/index.md)" in (ROOT / "docs" / "results.md").read_text("utf-8")
+
+
+def test_every_notebook_entry_is_listed_under_its_day() -> None:
+    """Entries are cited by title and found from the index: an entry missing there is lost to a reader."""
+    notebook = ROOT / "docs" / "notebook"
+    index = (notebook / "index.md").read_text("utf-8")
+    sections = dict(re.findall(r"^## \[(\d{4}-\d\d-\d\d)\]\(\1\.md\)\n(.*?)(?=^## |\Z)", index, re.M | re.S))
+    missing = [f"{day.name}: {title}" for day in sorted(notebook.glob("????-??-??.md"))
+               for title in re.findall(r"^## (.+)$", day.read_text("utf-8"), re.M)
+               if not re.search(rf"^- \*?{re.escape(title)}\*?$", sections.get(day.stem, ""), re.M)]
+    assert sections and missing == []
