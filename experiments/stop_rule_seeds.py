@@ -1,10 +1,10 @@
 """The judged stop rules per seed and against the baselines the verdicts do not name (issue 54), AFTER the
 registered judgement (experiments/judge_stop_rule.py): descriptive only, no verdict. It reruns the judgement's
 replay (the same counted pairs, offline, ~5 minutes on 2 cores) and prints, per rule point, its accuracy on
-each seed and their mean ± std (population std over the seeds), its mean worker tokens, and exact McNemar
-tests (`only a right / only b right, p`) of each learned rule against the 5-vote, the program cross-check
-(number pairs only: no program voter answers a letter) and each family's most accurate point at or below the
-rule's tokens x 1.05.
+each seed and their mean ± std (the sample std over the seeds, as `lemon.evaluation.report` reports it), its
+mean worker tokens, and exact McNemar tests (`only a right / only b right, p`) of each learned rule against the
+5-vote, the program cross-check (number pairs only: no program voter answers a letter) and each family's most
+accurate point at or below the rule's tokens x 1.05.
 
 Usage: LEMON_DATA_DIR=../shared/data python experiments/stop_rule_seeds.py [--store S] [--pool cpu]
 """
@@ -31,7 +31,7 @@ def per_seed(curve: Curve) -> str:
     seeds = sorted({k[2] for k in curve.correct})
     accs = [curve.accuracy([k for k in curve.correct if k[2] == s]) for s in seeds]
     cells = ", ".join(f"seed {s} {a:.1f} %" for s, a in zip(seeds, accs, strict=True))
-    return f"{cells}; {statistics.mean(accs):.1f} ± {statistics.pstdev(accs):.1f} %"
+    return f"{cells}; {statistics.mean(accs):.1f} ± {statistics.stdev(accs):.1f} %"
 
 
 def lines(fams: dict[str, list[tuple[str, Curve]]], rules: dict[str, Curve]) -> list[str]:
